@@ -1,0 +1,21 @@
+"""Breakable CUDA graph capture for PyTorch: CUDA graph segments chained by eager breaks.
+
+Public names follow vLLM's ``vllm/compilation/breakable_cudagraph.py`` so code moves between the
+two unchanged. Everything is written against the real ``torch.cuda`` API.
+"""
+
+from .breaks import eager_break_during_capture
+from .capture import BreakableCUDAGraphCapture
+from .runner import BreakableGraphRunner
+from .segments import EagerStep, GraphSegment
+from .switch import DISABLE_ENV_VAR, graphs_disabled
+
+__all__ = [
+    "DISABLE_ENV_VAR",
+    "BreakableCUDAGraphCapture",
+    "BreakableGraphRunner",
+    "EagerStep",
+    "GraphSegment",
+    "eager_break_during_capture",
+    "graphs_disabled",
+]

@@ -1,0 +1,358 @@
+"""``BreakableCUDAGraphCapture``: records a region as a chain of CUDA graphs and eager steps.
+
+Inside ``with capture:`` work is captured into a graph segment on a side stream; each
+``add_eager(fn)`` ends the segment, runs ``fn`` eagerly, records it and begins the next segment.
+``replay()`` runs the chain in order on the current stream. All segments share one memory pool.
+An exception anywhere inside the block aborts cleanly: no stream is left capturing, the caller's
+stream and the thread's state are restored, and the original exception propagates.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import gc
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import torch
+
+from . import thread_state
+from .arguments import PoolMemory, hold_for_replay
+from .segments import EagerStep, GraphSegment, end_graph
+from .switch import graphs_disabled
+from .trees import tensor_leaves
+
+T = TypeVar("T")
+
+CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    CAPTURING = "capturing"
+    EAGER = "eager"  # open, graphs disabled
+    CAPTURED = "captured"
+    RAN_EAGERLY = "ran eagerly"
+    FAILED = "failed"
+    RESET = "reset"
+
+
+_REPLAY_REFUSALS = {
+    _State.NEW: "nothing has been captured yet; run the work inside `with capture:` first",
+    _State.CAPTURING: "replay() was called inside the capture's own `with` block; "
+    "call it after the block ends",
+    _State.EAGER: "replay() was called inside the capture's own `with` block; "
+    "call it after the block ends",
+    _State.RAN_EAGERLY: "nothing to replay: the capture ran eagerly because graphs are disabled "
+    "(enabled=False or BREAKABLE_CUDAGRAPH_DISABLE=1); run the work directly instead",
+    _State.FAILED: "the capture failed with an exception and holds no graphs; "
+    "create a new BreakableCUDAGraphCapture and capture again",
+    _State.RESET: "the capture was reset(); create a new BreakableCUDAGraphCapture "
+    "and capture again",
+}
+
+
+def _callable_name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _note(exc: BaseException, text: str) -> None:
+    if hasattr(exc, "add_note"):  # Python >= 3.11
+        exc.add_note(text)
+
+
+class BreakableCUDAGraphCapture:
+    """Capture a region as CUDA graph segments separated by eager steps; replay it later.
+
+    ``pool``: memory pool handle shared by every segment (default: a new
+    ``torch.cuda.graph_pool_handle()``); pass ``other.pool`` to share across captures.
+    ``stream``: the side stream to capture on (default: a new ``torch.cuda.Stream()``).
+    ``strict=True`` rejects eager steps that return tensors. ``enabled=False`` (or
+    ``BREAKABLE_CUDAGRAPH_DISABLE=1`` when ``enabled`` is None) runs the block eagerly.
+    ``gc_collect=True`` runs ``gc.collect()`` once on entry.
+    """
+
+    def __init__(
+        self,
+        pool: Any = None,
+        *,
+        stream: torch.cuda.Stream | None = None,
+        capture_error_mode: str = "thread_local",
+        strict: bool = False,
+        enabled: bool | None = None,
+        gc_collect: bool = False,
+    ) -> None:
+        if capture_error_mode not in CAPTURE_ERROR_MODES:
+            raise ValueError(
+                f"capture_error_mode={capture_error_mode!r} is not valid; "
+                f"use one of {', '.join(CAPTURE_ERROR_MODES)}"
+            )
+        self.pool = pool if pool is not None else torch.cuda.graph_pool_handle()
+        self.capture_error_mode = capture_error_mode
+        self.strict = strict
+        self.enabled = enabled
+        self.gc_collect = gc_collect
+        self._requested_stream = stream
+        self._state = _State.NEW
+        self._segments: list[GraphSegment | EagerStep] = []
+        # Empty graphs are kept until the capture closes: resetting one mid-capture could drop
+        # the pool's last user while the pool still has live allocations.
+        self._empty_graphs: list[torch.cuda.CUDAGraph] = []
+        self._open_graph: torch.cuda.CUDAGraph | None = None
+        self._pool_memory = PoolMemory(self.pool)
+        self._caller_stream: torch.cuda.Stream | None = None
+        self._stream: torch.cuda.Stream | None = None
+        self._stream_context: Any = None
+        self._eager_step_error: BaseException | None = None
+
+    # ---- thread-local view -------------------------------------------------------------------
+    @classmethod
+    def current(cls) -> BreakableCUDAGraphCapture | None:
+        """The capture open in this thread, or None."""
+        return thread_state.active_capture()
+
+    @classmethod
+    def is_active(cls) -> bool:
+        """True while a capture is open in this thread."""
+        return thread_state.active_capture() is not None
+
+    # ---- introspection -----------------------------------------------------------------------
+    @property
+    def segments(self) -> list[GraphSegment | EagerStep]:
+        """The recorded chain, in replay order."""
+        return list(self._segments)
+
+    @property
+    def num_graphs(self) -> int:
+        return sum(isinstance(s, GraphSegment) for s in self._segments)
+
+    @property
+    def num_eager_breaks(self) -> int:
+        return sum(isinstance(s, EagerStep) for s in self._segments)
+
+    @property
+    def stream(self) -> torch.cuda.Stream | None:
+        """The side stream the capture runs on (None before entry)."""
+        return self._stream
+
+    # ---- context manager ---------------------------------------------------------------------
+    def __enter__(self) -> BreakableCUDAGraphCapture:
+        # Checked before any state changes so an open outer capture is left untouched.
+        if thread_state.active_capture() is not None:
+            raise RuntimeError(
+                "Nested BreakableCUDAGraphCapture: a capture is already open in this thread; "
+                "close it first, or use add_eager/eager_break_during_capture inside it"
+            )
+        if self._state is not _State.NEW:
+            raise RuntimeError(
+                "a BreakableCUDAGraphCapture captures only once; create a new one to capture again"
+            )
+        eager = graphs_disabled(self.enabled)
+        if not eager:
+            torch.cuda.synchronize()
+            if self.gc_collect:
+                gc.collect()
+            torch.cuda.empty_cache()
+        self._caller_stream = torch.cuda.current_stream()
+        self._stream = self._requested_stream or torch.cuda.Stream()
+        self._stream.wait_stream(self._caller_stream)
+        self._stream_context = torch.cuda.stream(self._stream)
+        self._stream_context.__enter__()
+        thread_state.set_active_capture(self)
+        self._state = _State.EAGER if eager else _State.CAPTURING
+        if not eager:
+            try:
+                self._begin_graph()
+            except BaseException as exc:
+                self._abort(exc)
+                raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if exc is not None:
+            self._abort(exc)
+            return False
+        if self._state is _State.EAGER:
+            self._close_streams()
+            thread_state.set_active_capture(None)
+            self._state = _State.RAN_EAGERLY
+            return False
+        try:
+            if self._eager_step_error is not None:
+                raise RuntimeError(
+                    "an eager step raised during capture and the exception was caught inside "
+                    "the `with` block; the capture is incomplete, let the exception propagate"
+                ) from self._eager_step_error
+            self._end_graph()
+        except BaseException as error:
+            self._abort(error)
+            raise
+        self._close_streams()
+        thread_state.set_active_capture(None)
+        self._state = _State.CAPTURED
+        self._settle_empty_graphs()
+        return False
+
+    # ---- breaks ------------------------------------------------------------------------------
+    def add_eager(self, fn: Callable[[], T]) -> T:
+        """End the current segment, run ``fn()`` eagerly, record it, begin the next segment.
+
+        ``fn`` is kept as given for replay: whatever it closes over stays alive as long as the
+        capture. Use :func:`eager_break_during_capture` to have arguments held without keeping
+        capture intermediates alive.
+        """
+        if not callable(fn):
+            raise TypeError(
+                f"add_eager() needs a callable taking no arguments, got {type(fn).__name__}"
+            )
+        return self._eager_break(fn, (), {}, hold_arguments=False)
+
+    def add_eager_call(
+        self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> T:
+        """Like ``add_eager`` for ``fn(*args, **kwargs)``, holding the arguments for replay.
+
+        Tensors in pool memory are held by non-owning aliases, all others strongly (see
+        ``arguments.hold_for_replay``).
+        """
+        if not callable(fn):
+            raise TypeError(f"add_eager_call() needs a callable, got {type(fn).__name__}")
+        return self._eager_break(fn, args, kwargs, hold_arguments=True)
+
+    def _eager_break(
+        self,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        hold_arguments: bool,
+    ) -> T:
+        if thread_state.active_capture() is not self or self._state not in (
+            _State.CAPTURING,
+            _State.EAGER,
+        ):
+            raise RuntimeError(
+                "eager breaks need this capture open in this thread; call inside `with capture:`"
+            )
+        if self._state is _State.EAGER or thread_state.in_eager_step():
+            with thread_state.eager_step_running():
+                return fn(*args, **kwargs)
+        self._end_graph()
+        try:
+            with thread_state.eager_step_running():
+                result = fn(*args, **kwargs)
+            self._record_step(fn, args, kwargs, result, hold_arguments)
+        except BaseException as exc:
+            self._eager_step_error = exc
+            raise
+        self._begin_graph()
+        return result
+
+    def _record_step(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        result: Any,
+        hold_arguments: bool,
+    ) -> None:
+        name = _callable_name(fn)
+        if self.strict and tensor_leaves(result):
+            raise TypeError(
+                f"eager step {name} returned a tensor in a strict capture; with strict=True a "
+                "break must write into tensors it was given and return None (or use strict=False)"
+            )
+        if hold_arguments:
+            args, kwargs = hold_for_replay((args, kwargs), self._pool_memory)
+            call: Callable[[], Any] = functools.partial(fn, *args, **kwargs)
+        else:
+            call = fn
+        static_result = hold_for_replay(result, self._pool_memory)
+        self._segments.append(EagerStep(name, call, static_result))
+
+    # ---- replay and teardown -----------------------------------------------------------------
+    def replay(self) -> None:
+        """Run every segment in order on the current stream; each eager step runs once."""
+        if self._state is not _State.CAPTURED:
+            raise RuntimeError(
+                f"cannot replay this BreakableCUDAGraphCapture: {_REPLAY_REFUSALS[self._state]}"
+            )
+        for segment in self._segments:
+            segment.replay()
+
+    def reset(self) -> None:
+        """Free the graphs and drop every held reference; the capture can no longer replay."""
+        if self._state in (_State.CAPTURING, _State.EAGER):
+            raise RuntimeError(
+                "reset() was called inside the capture's `with` block; call it after"
+            )
+        self._release_all()
+        self._state = _State.RESET
+
+    # ---- internals ---------------------------------------------------------------------------
+    def _begin_graph(self) -> None:
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(pool=self.pool, capture_error_mode=self.capture_error_mode)
+        self._open_graph = graph
+
+    def _end_graph(self) -> None:
+        graph, self._open_graph = self._open_graph, None
+        if graph is None:
+            return
+        try:
+            recorded = end_graph(graph)
+        except BaseException:
+            self._empty_graphs.append(graph)  # released with the rest on abort
+            raise
+        if recorded:
+            self._segments.append(GraphSegment(graph))
+        else:
+            self._empty_graphs.append(graph)
+
+    def _settle_empty_graphs(self) -> None:
+        # With no real graph left, one empty graph stays as the pool's user so memory that
+        # eager steps alias is not released; otherwise empty graphs are freed now.
+        keep = 0 if self.num_graphs else 1
+        for graph in self._empty_graphs[keep:]:
+            graph.reset()
+        del self._empty_graphs[keep:]
+
+    def _close_streams(self) -> None:
+        context, self._stream_context = self._stream_context, None
+        if context is not None:
+            context.__exit__(None, None, None)
+            self._caller_stream.wait_stream(self._stream)
+
+    def _release_all(self) -> None:
+        for segment in self._segments:
+            segment.release()
+        for graph in self._empty_graphs:
+            graph.reset()
+        self._segments.clear()
+        self._empty_graphs.clear()
+        self._eager_step_error = None
+
+    def _abort(self, exc: BaseException) -> None:
+        """Leave no stream capturing and restore the caller's state; ``exc`` then propagates."""
+        steps: list[tuple[str, Callable[[], None]]] = [
+            ("ending the open graph segment", self._end_graph),
+            ("restoring the caller's stream", self._close_streams),
+            ("releasing the captured segments", self._release_all),
+        ]
+        try:
+            for what, step in steps:
+                try:
+                    step()
+                except Exception as secondary:
+                    _note(exc, f"while aborting the capture, {what} also failed: {secondary!r}")
+        finally:
+            self._empty_graphs.clear()
+            self._segments.clear()
+            thread_state.set_active_capture(None)
+            self._state = _State.FAILED

@@ -1,0 +1,102 @@
+"""The two kinds of segment a breakable capture records, and how each is ended and replayed.
+
+``GraphSegment`` is one non-empty ``torch.cuda.CUDAGraph``. ``EagerStep`` is a Python call with
+its held arguments and the capture-time result that later graphs read: at replay it runs the call
+once on the current stream and copies each returned tensor into that capture-time result.
+``end_graph`` ends a graph's capture and says whether it recorded anything, swallowing only
+torch's empty-graph warning so no empty graph or its warning ever reaches the user.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .thread_state import eager_step_running
+from .trees import tensor_leaves
+
+_EMPTY_GRAPH_WARNING = "The CUDA Graph is empty"
+# warnings.catch_warnings swaps process-global state; the lock keeps two threads from
+# interleaving their swaps and losing each other's filters.
+_WARNINGS_LOCK = threading.Lock()
+
+
+def end_graph(graph: torch.cuda.CUDAGraph) -> bool:
+    """End ``graph``'s capture; True if it recorded work, False if it is empty."""
+    with _WARNINGS_LOCK, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            graph.capture_end()
+        finally:
+            empty = any(_EMPTY_GRAPH_WARNING in str(w.message) for w in caught)
+            others = [w for w in caught if _EMPTY_GRAPH_WARNING not in str(w.message)]
+    for w in others:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    return not empty
+
+
+class GraphSegment:
+    """One captured, non-empty CUDA graph of the chain."""
+
+    def __init__(self, graph: torch.cuda.CUDAGraph) -> None:
+        self.graph = graph
+
+    def replay(self) -> None:
+        self.graph.replay()
+
+    def release(self) -> None:
+        self.graph.reset()
+
+    def __repr__(self) -> str:
+        return "GraphSegment()"
+
+
+class EagerStep:
+    """One eager break: ``call()`` runs the user function on the held arguments."""
+
+    def __init__(self, name: str, call: Callable[[], Any], static_result: Any) -> None:
+        self.name = name
+        self.call: Callable[[], Any] | None = call
+        self.static_result = static_result
+
+    def replay(self) -> None:
+        if self.call is None:
+            raise RuntimeError(f"eager step {self.name} was released; capture again")
+        with eager_step_running():
+            result = self.call()
+        copy_result_back(self.name, self.static_result, result)
+
+    def release(self) -> None:
+        self.call = None
+        self.static_result = None
+
+    def __repr__(self) -> str:
+        return f"EagerStep({self.name})"
+
+
+def copy_result_back(name: str, static_result: Any, result: Any) -> None:
+    """Copy the tensors of a replay-time result into the capture-time result later graphs read."""
+    static, fresh = tensor_leaves(static_result), tensor_leaves(result)
+    if len(static) != len(fresh):
+        raise RuntimeError(
+            f"eager step {name} returned {len(fresh)} tensors at replay but {len(static)} at "
+            "capture; a break must return the same structure every time"
+        )
+    for index, (old, new) in enumerate(zip(static, fresh)):
+        if old.shape != new.shape or old.dtype != new.dtype:
+            raise RuntimeError(
+                f"eager step {name} returned tensor {index} as {tuple(new.shape)} {new.dtype} at "
+                f"replay but {tuple(old.shape)} {old.dtype} at capture; a break must return "
+                "tensors of the same shape and dtype every time"
+            )
+        same_memory = (
+            old.data_ptr() == new.data_ptr()
+            and old.stride() == new.stride()
+            and old.device == new.device
+        )
+        if not same_memory:
+            old.copy_(new)

@@ -1,0 +1,576 @@
+"""CUDA graph semantics that the simulator must share with a real GPU.
+
+Every test allocates on ``bcg_device`` and uses only real ``torch.cuda`` names, so the
+module runs unchanged on the simulator (``--bcg-device=sim``) and on a GPU. Assertions
+about values a GPU leaves undefined (fresh capture outputs) are exact only on the
+simulator, where they must be poison (NaN for floats).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import warnings
+
+import pytest
+import torch
+
+NOT_PERMITTED = "operation not permitted when stream is capturing"
+PREVIOUS_ERROR = "operation failed due to a previous error during capture"
+
+
+def _side_stream() -> torch.cuda.Stream:
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    return s
+
+
+def _capture(fn, *args, pool=None, mode="global", stream=None):
+    """Captures ``fn(*args)`` on a side stream; returns (graph, fn's result)."""
+    g = torch.cuda.CUDAGraph()
+    s = stream if stream is not None else _side_stream()
+    with torch.cuda.stream(s):
+        g.capture_begin(pool=pool, capture_error_mode=mode)
+        out = fn(*args)
+        g.capture_end()
+    torch.cuda.current_stream().wait_stream(s)
+    return g, out
+
+
+def _fails_capture(bad_call, device: str) -> None:
+    """``bad_call`` raises during capture, and the capture then fails at capture_end."""
+    x = torch.ones(8, device=device)
+    s = _side_stream()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        g.capture_begin()
+        y = x * 2
+        with pytest.raises(RuntimeError, match=NOT_PERMITTED):
+            bad_call(y)
+        with pytest.raises(RuntimeError, match=PREVIOUS_ERROR):
+            g.capture_end()
+        assert not torch.cuda.is_current_stream_capturing()
+    torch.cuda.current_stream().wait_stream(s)
+    # The stream left capture mode: a new capture on it works.
+    g2, z = _capture(lambda: x + 1, stream=s)
+    g2.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(z, torch.full_like(x, 2))
+
+
+# 1-4: capture records, views execute, replay re-reads memory ----------------------------
+
+
+def test_capture_records_instead_of_executing(bcg_device, bcg_kind):
+    x = torch.randn(64, device=bcg_device)
+    acc = torch.zeros(64, device=bcg_device)
+    g, y = _capture(lambda: (acc.add_(x), x * 3 + 1)[1])
+    torch.cuda.synchronize()
+    assert torch.equal(acc, torch.zeros_like(acc)), "in-place op ran during capture"
+    if bcg_kind == "sim":
+        assert torch.isnan(y).all(), "fresh capture output must hold poison on the simulator"
+    else:
+        assert not torch.equal(y, x * 3 + 1)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, x * 3 + 1)
+    assert torch.equal(acc, x)
+
+
+def test_replay_reads_inputs_at_replay_time_and_views_alias_outputs(bcg_device):
+    x = torch.ones(4, 4, device=bcg_device)
+    g, (y, row) = _capture(lambda: ((y := x * 2), y[1].view(2, 2)))
+    x.fill_(5)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.full((4, 4), 10.0, device=bcg_device))
+    assert torch.equal(row, torch.full((2, 2), 10.0, device=bcg_device))
+    assert row.data_ptr() == y[1].data_ptr()
+
+
+def test_is_current_stream_capturing_only_on_the_capturing_stream(bcg_device):
+    seen = []
+    x = torch.ones(2, device=bcg_device)
+
+    def body():
+        seen.append(torch.cuda.is_current_stream_capturing())
+        return x + 1
+
+    assert not torch.cuda.is_current_stream_capturing()
+    _capture(body)
+    assert seen == [True]
+    assert not torch.cuda.is_current_stream_capturing()
+
+
+def test_empty_capture_warns(bcg_device):
+    s = _side_stream()
+    g = torch.cuda.CUDAGraph()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.cuda.stream(s):
+            g.capture_begin()
+            g.capture_end()
+    assert any("The CUDA Graph is empty" in str(w.message) for w in caught)
+
+
+# 5: capture-illegal calls raise and invalidate ---------------------------------------------
+
+
+def test_item_during_capture_raises_and_invalidates(bcg_device):
+    _fails_capture(lambda y: y.sum().item(), bcg_device)
+
+
+def test_nonzero_during_capture_raises_and_invalidates(bcg_device):
+    _fails_capture(lambda y: torch.nonzero(y), bcg_device)
+
+
+def test_boolean_mask_index_during_capture_raises_and_invalidates(bcg_device):
+    _fails_capture(lambda y: y[y > 1], bcg_device)
+
+
+def test_device_synchronize_during_capture_raises_and_invalidates(bcg_device):
+    _fails_capture(lambda y: torch.cuda.synchronize(), bcg_device)
+
+
+@pytest.mark.parametrize(
+    "copy",
+    [lambda y: y.cpu(), lambda y: y.to("cpu"), lambda y: y.tolist()],
+    ids=["cpu", "to", "tolist"],
+)
+def test_copy_to_host_during_capture_raises_but_keeps_the_capture(bcg_device, copy):
+    x = torch.ones(8, device=bcg_device)
+    s = _side_stream()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        g.capture_begin()
+        y = x * 2
+        with pytest.raises(
+            RuntimeError, match="during CUDA graph capture unless the CPU tensor is pinned"
+        ):
+            copy(y)
+        g.capture_end()
+    torch.cuda.current_stream().wait_stream(s)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, x * 2)
+
+
+def test_integer_index_is_legal_during_capture(bcg_device):
+    x = torch.arange(10.0, device=bcg_device)
+    idx = torch.tensor([7, 1, 3], device=bcg_device)
+    g, y = _capture(lambda: x[idx])
+    x.mul_(10)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.tensor([70.0, 10.0, 30.0], device=bcg_device))
+
+
+# 6: stream rules ------------------------------------------------------------------------------
+
+
+def test_capture_on_default_stream_raises(bcg_device):
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="must be captured on a non-default stream"):
+        g.capture_begin()
+    assert not torch.cuda.is_current_stream_capturing()
+
+
+def test_capture_end_on_another_stream_raises(bcg_device):
+    x = torch.ones(4, device=bcg_device)
+    s, other = _side_stream(), torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        g.capture_begin()
+        y = x + 1
+    with torch.cuda.stream(other), pytest.raises(RuntimeError, match="same stream"):
+        g.capture_end()
+    with torch.cuda.stream(s):
+        g.capture_end()
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, x + 1)
+
+
+def test_joined_side_stream_work_is_captured(bcg_device):
+    x = torch.ones(4, device=bcg_device)
+    side = torch.cuda.Stream()
+
+    def body():
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = x * 2
+        forked = torch.cuda.Event()
+        forked.record(side)
+        torch.cuda.current_stream().wait_event(forked)
+        return y + 1
+
+    g, z = _capture(body)
+    x.fill_(3)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(z, torch.full((4,), 7.0, device=bcg_device))
+
+
+def test_unjoined_side_stream_fails_capture_end(bcg_device):
+    x = torch.ones(4, device=bcg_device)
+    s, side = _side_stream(), torch.cuda.Stream()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        g.capture_begin()
+        side.wait_stream(s)
+        with torch.cuda.stream(side):
+            x.mul_(2)
+        with pytest.raises(RuntimeError, match="unjoined"):
+            g.capture_end()
+    torch.cuda.synchronize()
+    # Both streams left capture mode: a new capture right after works.
+    g2, y = _capture(lambda: x + 1, stream=s)
+    g2.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.full_like(x, 2))
+
+
+# 7: capture_error_mode and threads -----------------------------------------------------------
+
+
+def _run_in_thread(fn):
+    box: dict[str, object] = {}
+
+    def target():
+        try:
+            box["result"] = fn()
+        except BaseException as e:
+            box["error"] = e
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join()
+    return box
+
+
+def test_other_thread_on_its_own_stream_is_not_recorded(bcg_device):
+    x = torch.ones(8, device=bcg_device)
+
+    def other_thread():
+        with torch.cuda.stream(torch.cuda.Stream()):
+            out = x * 5
+            torch.cuda.current_stream().synchronize()
+        return out
+
+    box = {}
+
+    def body():
+        box.update(_run_in_thread(other_thread))
+        return x + 1
+
+    g, y = _capture(body, mode="thread_local")
+    assert "error" not in box, box
+    other = box["result"]
+    assert torch.equal(other, torch.full_like(x, 5)), "the other thread's op executed eagerly"
+    x.fill_(2)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.full_like(x, 3))
+    assert torch.equal(other, torch.full_like(x, 5)), "the graph must not contain it"
+
+
+def test_other_thread_on_the_capturing_stream_is_recorded(bcg_device):
+    x = torch.ones(8, device=bcg_device)
+    s = _side_stream()
+
+    def other_thread():
+        with torch.cuda.stream(s):
+            return x * 5
+
+    box = {}
+    g, _ = _capture(lambda: box.update(_run_in_thread(other_thread)), stream=s)
+    assert "error" not in box, box
+    x.fill_(2)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(box["result"], torch.full_like(x, 10))
+
+
+def _fresh_allocation_in_thread(device: str):
+    # A size no earlier test used, so the caching allocator must grow (cudaMalloc).
+    return _run_in_thread(lambda: torch.empty(77_000_017, dtype=torch.uint8, device=device))
+
+
+def test_global_mode_forbids_growth_in_other_threads(bcg_device, bcg_kind):
+    x = torch.ones(4, device=bcg_device)
+    torch.cuda.empty_cache()
+    s = _side_stream()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        g.capture_begin(capture_error_mode="global")
+        y = x + 1
+        box = _fresh_allocation_in_thread(bcg_device)
+        assert isinstance(box.get("error"), RuntimeError), box
+        assert NOT_PERMITTED in str(box["error"])
+        if bcg_kind == "sim":
+            with pytest.raises(RuntimeError, match=PREVIOUS_ERROR):
+                g.capture_end()
+        else:
+            try:
+                g.capture_end()
+            except RuntimeError:
+                pass
+    torch.cuda.synchronize()
+    del y
+
+
+def test_thread_local_mode_allows_growth_in_other_threads(bcg_device):
+    x = torch.ones(4, device=bcg_device)
+    torch.cuda.empty_cache()
+    s = _side_stream()
+
+    def body():
+        box = _fresh_allocation_in_thread(bcg_device)
+        assert "error" not in box, box
+        return x + 1
+
+    g, y = _capture(body, mode="thread_local")
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, x + 1)
+    del s
+
+
+# 3: memory: pools, reuse, poison, aliases ----------------------------------------------------
+
+
+def _twice_plus(t, val):
+    a = t.clone() + val
+    b = t.clone() + val
+    return a + b
+
+
+@pytest.mark.parametrize("share", ["none", "pool()", "graph_pool_handle()"])
+def test_graph_two_successive(bcg_device, share):
+    size = 1000
+    gc.collect()
+    torch.cuda.empty_cache()
+    a = torch.ones(size, device=bcg_device)
+    before = torch.cuda.memory_reserved()
+    handle = torch.cuda.graph_pool_handle() if share == "graph_pool_handle()" else None
+    s = _side_stream()
+    g0, g1 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        g0.capture_begin(pool=handle)
+        b = a.clone()
+        for _ in range(5):
+            b = _twice_plus(b, 1)
+        g0.capture_end()
+        g1.capture_begin(pool=g0.pool() if share == "pool()" else handle)
+        for _ in range(5):
+            b = _twice_plus(b, 1)
+        g1.capture_end()
+    torch.cuda.current_stream().wait_stream(s)
+    reserved = torch.cuda.memory_reserved() - before
+
+    c = a.clone()
+    for graph in (g0, g1, None):
+        for _ in range(2):
+            c = _twice_plus(c, 3)
+        if graph is not None:
+            graph.replay()
+    torch.cuda.synchronize()
+    # t -> 2t + 2 ten times from 1 is 3 * 2**10 - 2; t -> 2t + 6 six times is 7 * 2**6 - 6.
+    assert b.sum().item() == size * 3070
+    assert c.sum().item() == size * 442
+    _reserved_by_sharing[share] = reserved
+    if share != "none" and "none" in _reserved_by_sharing:
+        assert reserved < _reserved_by_sharing["none"], "a shared pool must reuse memory"
+
+
+_reserved_by_sharing: dict[str, int] = {}
+
+
+@pytest.mark.parametrize("share", ["none", "pool()", "graph_pool_handle()"])
+def test_graph_three_successive(bcg_device, share):
+    size = 1000
+    a = torch.ones(size, device=bcg_device)
+    handle = torch.cuda.graph_pool_handle() if share == "graph_pool_handle()" else None
+    s = _side_stream()
+    g0, g1, g2 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        g0.capture_begin(pool=handle)
+        b = a.clone()
+        c = b + 1
+        d = b + 2
+        g0.capture_end()
+        pool = g0.pool() if share == "pool()" else handle
+        g1.capture_begin(pool=pool)
+        e = c + 3
+        del c  # its memory returns to the pool; g2 may reuse it if it shares the pool
+        g1.capture_end()
+        g2.capture_begin(pool=pool)
+        f = d + 4
+        g2.capture_end()
+    torch.cuda.current_stream().wait_stream(s)
+
+    for graph in (g0, g1, g2):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert e.sum().item() == size * 5
+    assert f.sum().item() == size * 7
+    # Replaying out of capture order is only safe without sharing: g2 wrote f over c.
+    for graph in (g0, g2, g1):
+        graph.replay()
+    torch.cuda.synchronize()
+    assert e.sum().item() == size * (10 if share != "none" else 5)
+    assert f.sum().item() == size * 7
+
+
+def test_graph_memory_stats_and_use_result_after_destroy_graph(bcg_device, bcg_kind):
+    numel = 1000
+    nbytes = 4096  # 1000 float32, rounded to the allocator's 512-byte granularity
+    gc.collect()
+    torch.cuda.empty_cache()
+    a = torch.ones(numel, device=bcg_device)
+    allocated0, reserved0 = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+
+    def body(a):
+        b = a.clone()
+        for _ in range(5):
+            b = b.clone() + 1
+        return b
+
+    g, b = _capture(body, a)
+    gc.collect()
+    # Only the graph's output survives; the temporaries went back to the private pool.
+    # (A GPU graph also holds two 512-byte RNG seed/offset tensors.)
+    assert nbytes <= torch.cuda.memory_allocated() - allocated0 <= nbytes + 1024
+    assert torch.cuda.memory_reserved() - reserved0 >= nbytes
+    g.replay()
+    torch.cuda.synchronize()
+    assert b.sum().item() == 6 * numel
+
+    del g
+    gc.collect()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_allocated() - allocated0 == nbytes, "b keeps its block alive"
+    assert (b + 1).sum().item() == 7 * numel
+    del a, b
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_allocated() == allocated0 - nbytes
+    if bcg_kind == "sim":
+        # A GPU may keep the freed private segment cached; the simulator releases it.
+        assert torch.cuda.memory_reserved() < reserved0
+
+
+def test_freed_input_reused_by_new_tensor_is_read_by_replay(bcg_device):
+    x = torch.full((1000,), 2.0, device=bcg_device)
+    address = x.data_ptr()
+    g, y = _capture(lambda t: t * 10, x)
+    del x  # the graph does not keep its inputs alive
+    z = torch.full((1000,), 7.0, device=bcg_device)
+    g.replay()
+    torch.cuda.synchronize()
+    if z.data_ptr() == address:
+        assert torch.equal(y, torch.full_like(y, 70.0)), "replay read the new tensor"
+
+
+def test_freed_input_reads_poison_on_the_simulator(bcg_device, bcg_kind):
+    x = torch.full((1000,), 2.0, device=bcg_device)
+    g, y = _capture(lambda t: t * 10, x)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.full_like(y, 20.0))
+    del x
+    torch.cuda.empty_cache()
+    g.replay()
+    torch.cuda.synchronize()
+    if bcg_kind == "sim":
+        assert torch.isnan(y).all(), "a dangling read must see poison"
+
+
+def test_non_owning_alias_does_not_keep_memory_alive(bcg_device):
+    x = torch.full((1000,), 3.0, device=bcg_device)
+    allocated = torch.cuda.memory_allocated()
+    storage = torch._C._construct_storage_from_data_pointer(
+        x.data_ptr(), x.device, x.untyped_storage().nbytes()
+    )
+    alias = torch.empty(0, device=bcg_device).set_(storage, 0, x.shape, x.stride())
+    assert torch.equal(alias, x)
+    address = x.data_ptr()
+    del x
+    assert torch.cuda.memory_allocated() == allocated - 4096
+    z = torch.full((1000,), 9.0, device=bcg_device)
+    if z.data_ptr() == address:
+        assert torch.equal(alias, z), "the alias sees whatever now lives at the address"
+
+
+def test_memory_snapshot_reports_segment_pools(bcg_device):
+    x = torch.ones(1000, device=bcg_device)
+    g, y = _capture(lambda: x + 1)
+    snapshot = torch.cuda.memory_snapshot()
+    pool_of = {}
+    for seg in snapshot:
+        assert {"address", "total_size", "segment_pool_id", "allocated_size"} <= set(seg)
+        pool_of[seg["address"]] = tuple(seg["segment_pool_id"])
+
+    def pool_at(ptr):
+        base = max(a for a in pool_of if a <= ptr)
+        return pool_of[base]
+
+    assert pool_at(y.data_ptr()) == tuple(g.pool())
+    assert pool_at(x.data_ptr()) == (0, 0)
+
+
+# RNG: replay draws fresh numbers from the generator at replay time --------------------------
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda t: torch.nn.functional.dropout(t, p=0.1),
+        lambda t: torch.nn.functional.rrelu(t, training=True),
+        lambda t: t + torch.rand_like(t),
+    ],
+    ids=["dropout", "rrelu", "rand_like"],
+)
+def test_graph_rng_functional(bcg_device, op):
+    torch.manual_seed(0)
+    a = torch.randn(10000, device=bcg_device)
+    torch.manual_seed(5)
+    torch.cuda.manual_seed(5)
+    eager = a
+    for _ in range(6):
+        eager = op(eager)
+
+    graph_in = a.clone()
+    torch.manual_seed(5)
+    torch.cuda.manual_seed(5)
+
+    def body():
+        out = graph_in
+        for _ in range(2):
+            out = op(out)
+        return out
+
+    g, graph_out = _capture(body)
+    # graphed, eager, graphed: six RNG ops in the same order as the eager run.
+    g.replay()
+    out = op(op(graph_out))
+    graph_in.copy_(out)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(graph_out, eager)
+
+
+# torch.cuda.graph context manager -----------------------------------------------------------
+
+
+def test_graph_context_manager_captures_on_a_side_stream(bcg_device):
+    x = torch.ones(16, device=bcg_device)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        assert torch.cuda.current_stream() != torch.cuda.default_stream()
+        y = (x * 2).sum()
+    x.fill_(4)
+    g.replay()
+    torch.cuda.synchronize()
+    assert y.item() == 128.0

@@ -1,0 +1,232 @@
+"""Tests for eager_break_during_capture: plain calls, breaks, methods, nesting, return values."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import pytest
+import torch
+
+from breakable_cudagraph import BreakableCUDAGraphCapture, eager_break_during_capture
+
+
+@eager_break_during_capture
+def scale_into(out: torch.Tensor, src: torch.Tensor, *, factor: float = 1.0) -> None:
+    """Writes factor * src into out."""
+    out.copy_(src * factor)
+
+
+@eager_break_during_capture
+def plus_one(t: torch.Tensor) -> torch.Tensor:
+    return t + 1
+
+
+def test_decorated_call_outside_capture_is_a_plain_call(bcg_device: str) -> None:
+    out = torch.zeros(3, device=bcg_device)
+    scale_into(out, torch.ones(3, device=bcg_device), factor=2.0)
+    assert torch.equal(out, torch.full_like(out, 2.0))
+    assert scale_into.__name__ == "scale_into"
+    assert scale_into.__doc__ == "Writes factor * src into out."
+
+
+def test_decorator_with_arguments_and_disabled_returns_function_unchanged(bcg_device: str) -> None:
+    def fn() -> int:
+        return 1
+
+    assert eager_break_during_capture(enable=False)(fn) is fn
+    assert eager_break_during_capture(fn, enable=False) is fn
+    wrapped = eager_break_during_capture()(fn)
+    assert wrapped is not fn
+    assert wrapped() == 1
+
+
+def test_decorator_rejects_non_callable(bcg_device: str) -> None:
+    with pytest.raises(TypeError, match="callable"):
+        eager_break_during_capture(3)  # type: ignore[call-overload]
+
+
+def test_decorated_call_in_capture_becomes_a_break_with_kwargs(bcg_device: str) -> None:
+    x = torch.zeros(4, device=bcg_device)
+    out = torch.zeros(4, device=bcg_device)
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        y = x + 1
+        scale_into(out, y, factor=3.0)
+        z = out * 2
+    assert capture.num_eager_breaks == 1
+    assert capture.num_graphs == 2
+    for value in (1.0, 5.0):
+        x.fill_(value)
+        capture.replay()
+        assert torch.equal(z, torch.full_like(z, (value + 1) * 6))
+
+
+class Scaler:
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+        self.calls = 0
+
+    @eager_break_during_capture
+    def apply(self, out: torch.Tensor, src: torch.Tensor, *, shift: float = 0.0) -> None:
+        self.calls += 1
+        out.copy_(src * self.factor + shift)
+
+
+def test_decorated_bound_method_breaks_and_sees_instance_state_at_replay(bcg_device: str) -> None:
+    scaler = Scaler(2.0)
+    x = torch.zeros(4, device=bcg_device)
+    out = torch.zeros(4, device=bcg_device)
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        scaler.apply(out, x + 1, shift=0.5)
+        z = out + 0
+    scaler.factor = 10.0  # read through the instance at replay, like a module's parameters
+    x.fill_(1.0)
+    capture.replay()
+    assert scaler.calls == 2
+    assert torch.equal(z, torch.full_like(z, 20.5))
+
+
+@dataclasses.dataclass
+class Metadata:
+    positions: torch.Tensor
+    extras: dict
+
+
+class Pair(NamedTuple):
+    left: torch.Tensor
+    right: torch.Tensor
+
+
+@eager_break_during_capture
+def combine(meta: Metadata, pair: Pair, items: list, out: torch.Tensor) -> None:
+    total = meta.positions + meta.extras["bias"] + pair.left * pair.right + items[0][1]
+    out.copy_(total)
+
+
+def test_nested_dataclass_dict_namedtuple_arguments_reach_the_step_at_replay(
+    bcg_device: str,
+) -> None:
+    x = torch.zeros(4, device=bcg_device)
+    bias = torch.full((4,), 100.0, device=bcg_device)
+    out = torch.zeros(4, device=bcg_device)
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        positions = x + 1  # created in the capture: held by a non-owning alias
+        meta = Metadata(positions=positions, extras={"bias": bias})
+        pair = Pair(x * 2, x * 3)
+        combine(meta, pair, [("k", x + 10)], out)
+        z = out * 1
+    x.fill_(2.0)
+    capture.replay()
+    # (2+1) + 100 + (4*6) + (2+10)
+    assert torch.equal(z, torch.full_like(z, 139.0))
+
+
+@eager_break_during_capture
+def inner_indexer(t: torch.Tensor, calls: list[str]) -> torch.Tensor:
+    calls.append("indexer")
+    return t * 2
+
+
+@eager_break_during_capture
+def outer_attention(t: torch.Tensor, out: torch.Tensor, calls: list[str]) -> None:
+    calls.append("attention")
+    out.copy_(inner_indexer(t, calls) + 1)
+
+
+def test_decorated_call_inside_eager_step_runs_inline(bcg_device: str) -> None:
+    x = torch.zeros(4, device=bcg_device)
+    out = torch.zeros(4, device=bcg_device)
+    calls: list[str] = []
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        outer_attention(x + 1, out, calls)
+        z = out + 0
+    assert capture.num_eager_breaks == 1
+    assert calls == ["attention", "indexer"]
+    x.fill_(3.0)
+    capture.replay()
+    assert calls == ["attention", "indexer"] * 2
+    assert torch.equal(z, torch.full_like(z, 9.0))
+
+
+def test_returned_tensor_is_copied_back_at_replay(bcg_device: str) -> None:
+    x = torch.zeros(4, device=bcg_device)
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        y = plus_one(x * 2)
+        z = y * 10
+    for value in (1.0, 3.0):
+        x.fill_(value)
+        capture.replay()
+        assert torch.equal(z, torch.full_like(z, (2 * value + 1) * 10))
+
+
+def test_nested_returned_tensors_are_copied_back(bcg_device: str) -> None:
+    x = torch.zeros(4, device=bcg_device)
+
+    @eager_break_during_capture
+    def split(t: torch.Tensor) -> dict:
+        return {"a": t + 1, "b": (t - 1, "tag")}
+
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        result = split(x * 1)
+        z = result["a"] * result["b"][0]
+    assert result["b"][1] == "tag"
+    x.fill_(3.0)
+    capture.replay()
+    assert torch.equal(z, torch.full_like(z, 8.0))
+
+
+def test_in_place_returned_argument_is_supported(bcg_device: str) -> None:
+    x = torch.zeros(4, device=bcg_device)
+
+    @eager_break_during_capture
+    def bump(t: torch.Tensor) -> torch.Tensor:
+        return t.add_(1)
+
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        y = bump(x * 2)
+        z = y * 3
+    x.fill_(2.0)
+    capture.replay()
+    assert torch.equal(z, torch.full_like(z, 15.0))
+
+
+def test_strict_capture_rejects_returned_tensor(bcg_device: str) -> None:
+    x = torch.zeros(4, device=bcg_device)
+    capture = BreakableCUDAGraphCapture(strict=True)
+    with pytest.raises(TypeError, match="strict"), capture:
+        plus_one(x * 2)
+    assert not BreakableCUDAGraphCapture.is_active()
+
+
+def test_strict_capture_accepts_breaks_returning_none(bcg_device: str) -> None:
+    x = torch.zeros(4, device=bcg_device)
+    out = torch.zeros(4, device=bcg_device)
+    capture = BreakableCUDAGraphCapture(strict=True)
+    with capture:
+        scale_into(out, x + 1, factor=2.0)
+    x.fill_(1.0)
+    capture.replay()
+    assert torch.equal(out, torch.full_like(out, 4.0))
+
+
+def test_shape_change_of_returned_tensor_at_replay_raises(bcg_device: str) -> None:
+    x = torch.zeros(4, device=bcg_device)
+    sizes = [4]
+
+    @eager_break_during_capture
+    def shaped(t: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(sizes[0], device=t.device)
+
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        shaped(x + 1)
+    sizes[0] = 5
+    with pytest.raises(RuntimeError, match="same shape and dtype"):
+        capture.replay()

@@ -1,0 +1,310 @@
+"""Tests for BreakableCUDAGraphCapture: segment chains, streams, pools, empty graphs, aborts."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import warnings
+
+import pytest
+import torch
+
+import breakable_cudagraph as bcg
+from breakable_cudagraph import BreakableCUDAGraphCapture
+
+
+def _plus_one(t: torch.Tensor) -> torch.Tensor:
+    return t + 1
+
+
+def test_chain_of_segments_replays_correct_results_for_new_inputs(bcg_device: str) -> None:
+    x = torch.zeros(8, device=bcg_device)
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        y = x * 2
+        z = capture.add_eager(lambda: _plus_one(y))
+        w = z * 3
+    assert capture.num_graphs == 2
+    assert capture.num_eager_breaks == 1
+    assert [type(s).__name__ for s in capture.segments] == [
+        "GraphSegment",
+        "EagerStep",
+        "GraphSegment",
+    ]
+    for value in (1.0, 2.0, -4.0):
+        x.fill_(value)
+        capture.replay()
+        assert torch.equal(w, torch.full_like(w, (2 * value + 1) * 3))
+
+
+def test_eager_steps_run_exactly_once_per_replay_in_order(bcg_device: str) -> None:
+    x = torch.ones(4, device=bcg_device)
+    log: list[str] = []
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        y = x + 1
+        capture.add_eager(lambda: log.append("a"))
+        y = y * 2
+        capture.add_eager(lambda: log.append("b"))
+        y = y - 1
+    assert log == ["a", "b"]
+    for _ in range(3):
+        capture.replay()
+    assert log == ["a", "b"] * 4
+
+
+def test_nested_capture_raises_and_leaves_outer_intact(bcg_device: str) -> None:
+    x = torch.zeros(4, device=bcg_device)
+    outer = BreakableCUDAGraphCapture()
+    with outer:
+        y = x + 1
+        with pytest.raises(RuntimeError, match="Nested"), BreakableCUDAGraphCapture():
+            pass
+        assert BreakableCUDAGraphCapture.current() is outer
+        outer.add_eager(lambda: None)
+        z = y * 5
+    x.fill_(2.0)
+    outer.replay()
+    assert torch.equal(z, torch.full_like(z, 15.0))
+
+
+def test_current_and_is_active_track_the_open_capture(bcg_device: str) -> None:
+    assert BreakableCUDAGraphCapture.current() is None
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        assert BreakableCUDAGraphCapture.current() is capture
+        assert BreakableCUDAGraphCapture.is_active()
+        torch.ones(2, device=bcg_device).add_(1)
+    assert not BreakableCUDAGraphCapture.is_active()
+
+
+def test_entry_from_default_stream_captures_on_side_stream_and_restores(bcg_device: str) -> None:
+    caller = torch.cuda.current_stream()
+    assert caller == torch.cuda.default_stream()
+    x = torch.ones(4, device=bcg_device)
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        assert torch.cuda.current_stream() == capture.stream
+        assert capture.stream != caller
+        y = x * 4
+    assert torch.cuda.current_stream() == caller
+    x.fill_(3.0)
+    capture.replay()
+    assert torch.equal(y, torch.full_like(y, 12.0))
+
+
+def test_given_stream_is_used_for_capture(bcg_device: str) -> None:
+    side = torch.cuda.Stream()
+    capture = BreakableCUDAGraphCapture(stream=side)
+    x = torch.ones(2, device=bcg_device)
+    with capture:
+        assert torch.cuda.current_stream() == side
+        y = x + 1
+    x.fill_(5.0)
+    capture.replay()
+    assert torch.equal(y, torch.full_like(y, 6.0))
+
+
+def test_pool_is_shared_across_captures(bcg_device: str) -> None:
+    x = torch.zeros(16, device=bcg_device)
+    first = BreakableCUDAGraphCapture()
+    with first:
+        a = x + 1
+        first.add_eager(lambda: None)
+        b = a * 2
+    second = BreakableCUDAGraphCapture(pool=first.pool)
+    assert second.pool == first.pool
+    with second:
+        c = b + 10
+    x.fill_(1.0)
+    first.replay()
+    second.replay()
+    assert torch.equal(b, torch.full_like(b, 4.0))
+    assert torch.equal(c, torch.full_like(c, 14.0))
+
+
+@pytest.mark.parametrize(
+    ("layout", "graphs"),
+    [
+        ("BBWBB", 1),  # breaks first, last and adjacent around one piece of work
+        ("WBBW", 2),
+        ("BB", 0),
+        ("", 0),
+        ("W", 1),
+    ],
+)
+def test_no_empty_graph_segments_and_no_empty_graph_warning(
+    bcg_device: str, layout: str, graphs: int
+) -> None:
+    x = torch.ones(4, device=bcg_device)
+    calls: list[int] = []
+    capture = BreakableCUDAGraphCapture()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with capture:
+            for step in layout:
+                if step == "B":
+                    capture.add_eager(lambda: calls.append(1))
+                else:
+                    x.mul_(2)
+        capture.replay()
+    assert capture.num_graphs == graphs
+    assert capture.num_eager_breaks == layout.count("B")
+    assert not [w for w in caught if "empty" in str(w.message).lower()]
+    assert len(calls) == 2 * layout.count("B")
+
+
+def test_exception_in_body_aborts_cleanly_and_next_capture_works(bcg_device: str) -> None:
+    caller = torch.cuda.current_stream()
+    x = torch.ones(4, device=bcg_device)
+    failed = BreakableCUDAGraphCapture()
+    with pytest.raises(ValueError, match="boom"), failed:
+        x * 2
+        failed.add_eager(lambda: None)
+        x + 1
+        raise ValueError("boom")
+    _assert_clean_after_abort(failed, caller, bcg_device)
+
+
+def test_exception_in_eager_step_aborts_cleanly_and_next_capture_works(bcg_device: str) -> None:
+    caller = torch.cuda.current_stream()
+    x = torch.ones(4, device=bcg_device)
+
+    def explode() -> None:
+        raise KeyError("eager step failed")
+
+    failed = BreakableCUDAGraphCapture()
+    with pytest.raises(KeyError, match="eager step failed"), failed:
+        x * 2
+        failed.add_eager(explode)
+    _assert_clean_after_abort(failed, caller, bcg_device)
+
+
+def test_item_during_capture_raises_and_aborts_cleanly(bcg_device: str) -> None:
+    caller = torch.cuda.current_stream()
+    x = torch.ones(4, device=bcg_device)
+    failed = BreakableCUDAGraphCapture()
+    with pytest.raises(RuntimeError, match="capturing") as raised, failed:
+        y = x * 2
+        y.sum().item()
+    # The invalidated segment's capture_end fails too; that is attached, never raised instead.
+    notes = getattr(raised.value, "__notes__", [])
+    assert any("ending the open graph segment" in note for note in notes) or not hasattr(
+        raised.value, "add_note"
+    )
+    _assert_clean_after_abort(failed, caller, bcg_device)
+
+
+def test_swallowed_eager_step_exception_fails_the_capture(bcg_device: str) -> None:
+    x = torch.ones(4, device=bcg_device)
+
+    def explode() -> None:
+        raise KeyError("swallowed")
+
+    failed = BreakableCUDAGraphCapture()
+    with pytest.raises(RuntimeError, match="incomplete"), failed:
+        x * 2
+        try:
+            failed.add_eager(explode)
+        except KeyError:
+            pass
+    _assert_clean_after_abort(failed, torch.cuda.current_stream(), bcg_device)
+
+
+def _assert_clean_after_abort(failed, caller, device: str) -> None:
+    assert not BreakableCUDAGraphCapture.is_active()
+    assert torch.cuda.current_stream() == caller
+    assert not torch.cuda.is_current_stream_capturing()
+    with pytest.raises(RuntimeError, match="failed"):
+        failed.replay()
+    x = torch.ones(4, device=device)
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        y = x + 1
+        capture.add_eager(lambda: None)
+        z = y * 3
+    x.fill_(2.0)
+    capture.replay()
+    assert torch.equal(z, torch.full_like(z, 9.0))
+
+
+def test_replay_refuses_before_capture_inside_block_and_after_reset(bcg_device: str) -> None:
+    x = torch.ones(2, device=bcg_device)
+    capture = BreakableCUDAGraphCapture()
+    with pytest.raises(RuntimeError, match="nothing has been captured"):
+        capture.replay()
+    with capture:
+        x.add_(1)
+        with pytest.raises(RuntimeError, match="inside the capture"):
+            capture.replay()
+    capture.reset()
+    assert capture.num_graphs == 0
+    assert capture.segments == []
+    with pytest.raises(RuntimeError, match="reset"):
+        capture.replay()
+
+
+def test_capture_object_cannot_be_entered_twice(bcg_device: str) -> None:
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        torch.ones(2, device=bcg_device).add_(1)
+    with pytest.raises(RuntimeError, match="only once"), capture:
+        pass
+    capture.replay()
+
+
+def test_bad_arguments_raise_clear_errors(bcg_device: str) -> None:
+    with pytest.raises(ValueError, match="capture_error_mode"):
+        BreakableCUDAGraphCapture(capture_error_mode="sometimes")
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        torch.ones(2, device=bcg_device).add_(1)
+        with pytest.raises(TypeError, match="callable"):
+            capture.add_eager(42)  # type: ignore[arg-type]
+        torch.ones(2, device=bcg_device).add_(1)
+    with pytest.raises(RuntimeError, match="inside `with capture:`"):
+        capture.add_eager(lambda: None)
+
+
+def test_preparation_runs_once_per_capture_not_per_segment(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts = {"synchronize": 0, "empty_cache": 0, "gc": 0}
+
+    def counting(name, original):
+        def wrapper(*args, **kwargs):
+            counts[name] += 1
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(torch.cuda, "synchronize", counting("synchronize", torch.cuda.synchronize))
+    monkeypatch.setattr(torch.cuda, "empty_cache", counting("empty_cache", torch.cuda.empty_cache))
+    monkeypatch.setattr(gc, "collect", counting("gc", gc.collect))
+    x = torch.ones(4, device=bcg_device)
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        for _ in range(3):
+            x.add_(1)
+            capture.add_eager(lambda: None)
+    assert counts == {"synchronize": 1, "empty_cache": 1, "gc": 0}
+    with BreakableCUDAGraphCapture(gc_collect=True) as second:
+        x.add_(1)
+        second.add_eager(lambda: None)
+    assert counts == {"synchronize": 2, "empty_cache": 2, "gc": 1}
+
+
+def test_public_api_is_exported(bcg_device: str) -> None:
+    for name in bcg.__all__:
+        assert hasattr(bcg, name)
+
+
+def test_capture_is_visible_only_in_the_thread_that_opened_it(bcg_device: str) -> None:
+    seen: list[object] = []
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        torch.ones(2, device=bcg_device).add_(1)
+        worker = threading.Thread(target=lambda: seen.append(BreakableCUDAGraphCapture.current()))
+        worker.start()
+        worker.join()
+    assert seen == [None]

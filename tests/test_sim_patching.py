@@ -1,0 +1,159 @@
+"""The simulator's own contract: patch/restore, nesting, threads, poison and pools.
+
+These tests enter ``simulated_cuda()`` themselves (no ``bcg_device`` fixture), so they
+exercise the simulator on any machine, GPU or not.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from verification.sim import DEFAULT_POOL_ID, is_active, simulated_cuda
+
+_PATCHED = ("CUDAGraph", "Stream", "Event", "synchronize", "current_stream", "memory_reserved")
+
+
+def _originals():
+    return {name: getattr(torch.cuda, name) for name in _PATCHED} | {
+        "graphs.CUDAGraph": torch.cuda.graphs.CUDAGraph,
+        "Tensor.cpu": torch.Tensor.cpu,
+        "bootstrap": threading.Thread._bootstrap_inner,
+    }
+
+
+def test_exit_restores_every_patched_name_after_an_exception():
+    before = _originals()
+    with pytest.raises(ValueError, match="boom"), simulated_cuda():
+        assert torch.cuda.CUDAGraph is not before["CUDAGraph"]
+        assert torch.cuda.is_available()
+        raise ValueError("boom")
+    assert _originals() == before
+    assert not is_active()
+
+
+def test_nested_simulated_cuda_keeps_patches_until_outermost_exit():
+    before = _originals()
+    with simulated_cuda():
+        patched = torch.cuda.Stream
+        with simulated_cuda():
+            assert torch.cuda.Stream is patched
+            s = torch.cuda.Stream()
+        assert torch.cuda.Stream is patched
+        assert torch.cuda.current_stream() != s
+    assert _originals() == before
+
+
+def test_thread_started_inside_inherits_the_dispatch_mode():
+    with simulated_cuda():
+        before = torch.cuda.memory_allocated()
+        box = {}
+        t = threading.Thread(target=lambda: box.setdefault("t", torch.ones(1000) * 2))
+        t.start()
+        t.join()
+        assert torch.cuda.memory_allocated() - before >= 4000, "thread op landed in a block"
+        assert torch.equal(box["t"], torch.full((1000,), 2.0))
+
+
+def test_threads_entering_concurrently_share_one_session():
+    before = _originals()
+    barrier = threading.Barrier(2)
+    errors = []
+
+    def worker():
+        try:
+            with simulated_cuda():
+                barrier.wait()
+                s = torch.cuda.Stream()
+                with torch.cuda.stream(s):
+                    assert torch.cuda.current_stream() == s
+                barrier.wait()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert _originals() == before
+
+
+def test_fresh_capture_output_holds_the_ff7f_poison_bytes():
+    with simulated_cuda():
+        x = torch.ones(16, dtype=torch.int32)
+        s = torch.cuda.Stream()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(s):
+            g.capture_begin()
+            y = x + 1
+            g.capture_end()
+        raw = y.view(torch.uint8)
+        assert raw[0::2].eq(0xFF).all() and raw[1::2].eq(0x7F).all()
+        g.replay()
+        assert torch.equal(y, torch.full_like(y, 2))
+
+
+def test_eager_outputs_live_in_default_pool_and_capture_outputs_in_private_pool():
+    with simulated_cuda():
+        x = torch.ones(100) + 1
+        s = torch.cuda.Stream()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(s):
+            g.capture_begin()
+            y = x * 2
+            g.capture_end()
+        pools = {seg["address"]: seg["segment_pool_id"] for seg in torch.cuda.memory_snapshot()}
+        assert pools[x.untyped_storage().data_ptr()] == DEFAULT_POOL_ID
+        assert pools[y.untyped_storage().data_ptr()] == g.pool()
+
+
+def test_reset_graph_pool_is_released_by_empty_cache_once_unused():
+    with simulated_cuda():
+        x = torch.ones(1000)
+        s = torch.cuda.Stream()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(s):
+            g.capture_begin()
+            y = (x * 2) + 1
+            g.capture_end()
+        torch.cuda.empty_cache()
+        held = torch.cuda.memory_reserved()
+        g.reset()
+        torch.cuda.empty_cache()
+        assert torch.cuda.memory_reserved() < held, "intermediate block released"
+        still = torch.cuda.memory_reserved()
+        del y
+        torch.cuda.empty_cache()
+        assert torch.cuda.memory_reserved() < still, "output block released once unused"
+
+
+def test_tensor_from_before_the_simulator_is_held_by_the_graph():
+    x = torch.ones(8)
+    with simulated_cuda():
+        s = torch.cuda.Stream()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(s):
+            g.capture_begin()
+            y = x * 3
+            g.capture_end()
+        x.fill_(2)
+        g.replay()
+        assert torch.equal(y, torch.full((8,), 6.0))
+
+
+def test_cuda_device_moves_stay_on_cpu():
+    with simulated_cuda():
+        x = torch.ones(3)
+        assert x.cuda().device.type == "cpu"
+        assert x.to("cuda").device.type == "cpu"
+        assert x.to(torch.device("cuda", 0), torch.float16).dtype == torch.float16
+
+
+def test_replay_without_capture_raises():
+    with simulated_cuda():
+        with pytest.raises(RuntimeError, match="without a preceding successful capture"):
+            torch.cuda.CUDAGraph().replay()

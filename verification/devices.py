@@ -1,0 +1,26 @@
+"""Resolves the user's device choice (``auto``, ``cuda``, ``sim``) to what will actually run.
+
+``auto`` picks ``cuda`` when torch sees a GPU, else ``sim``. Asking for ``cuda`` on a
+machine without one is a usage error (:class:`UsageError`), never a silent fallback.
+"""
+
+from __future__ import annotations
+
+import torch
+
+DEVICE_CHOICES = ("auto", "cuda", "sim")
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for; the CLI prints it on one line and exits 2."""
+
+
+def resolve_device(choice: str) -> str:
+    if choice not in DEVICE_CHOICES:
+        raise UsageError(f"unknown device {choice!r}; choose one of {', '.join(DEVICE_CHOICES)}")
+    has_gpu = torch.cuda.is_available()
+    if choice == "auto":
+        return "cuda" if has_gpu else "sim"
+    if choice == "cuda" and not has_gpu:
+        raise UsageError("--device cuda was asked for but torch sees no GPU; use --device sim")
+    return choice

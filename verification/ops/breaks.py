@@ -1,0 +1,337 @@
+"""Break ops: work a CUDA graph cannot capture (host syncs, data-dependent shapes and control
+flow, host round trips, side streams, RNG), the reason breaks exist.
+
+Each op is standalone Python ``source`` whose uncapturable functions carry the decorator
+``eager_break_during_capture``; ``entry`` is what a program step calls. Every op is a
+deterministic function of its inputs' values (except ``rng=True`` ones), tolerates NaN
+inputs, and either writes into an input listed in ``mutates`` or returns a fresh tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from verification.ops import rules
+from verification.ops.spec import OpSpec, Params, TensorMeta
+
+Infer = Callable[[Sequence[TensorMeta], Params], Any]
+
+HEADER = "import dataclasses\nimport math\n\nimport torch\n\n"
+
+
+def _float_same(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
+    return metas[0] if rules.is_float(metas[0]) else None
+
+
+def _arith_same(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
+    return metas[0] if rules.is_arith(metas[0]) else None
+
+
+def _into_buffer(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
+    """(values, buffer): results land in the buffer, whatever its shape and dtype."""
+    return metas[1] if rules.is_arith(metas[0]) else None
+
+
+def _ranks(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
+    return TensorMeta(metas[0].shape, torch.int64) if rules.is_arith(metas[0]) else None
+
+
+def _float_pair(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
+    a, b = metas
+    return a if rules.is_float(a) and a == b else None
+
+
+def _applies_always(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
+    return metas[0]
+
+
+def _weight(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.sampled_from([0.25, 0.5, 0.75]).map(lambda w: {"weight": w})
+
+
+def break_op(name: str, arity: int, infer: Infer, body: str, expr: str, **extra: Any) -> OpSpec:
+    """A break op whose entry is the function named ``name``."""
+    return OpSpec(
+        name,
+        arity,
+        infer,
+        expr,
+        source=HEADER + body.strip() + "\n",
+        entry=name,
+        kind="break",
+        **extra,
+    )
+
+
+# A finite peak magnitude of a tensor, 0.0 for NaN/inf/empty: the guard every .item() uses.
+PEAK = """
+def finite_peak(x):
+    peak = float(x.abs().amax().item()) if x.numel() else 0.0
+    return peak if math.isfinite(peak) else 0.0
+"""
+
+OPS: list[OpSpec] = [
+    break_op(
+        "scale_by_item",
+        1,
+        _float_same,
+        PEAK
+        + """
+@eager_break_during_capture
+def scale_by_item(x):
+    return x * (1.0 / (1.0 + finite_peak(x)))
+""",
+        "scale_by_item({0})",
+    ),
+    break_op(
+        "normalize_",
+        1,
+        _float_same,
+        PEAK
+        + """
+@eager_break_during_capture
+def normalize_(x):
+    return x.div_(max(1.0, finite_peak(x)))
+""",
+        "normalize_({0})",
+        mutates=(0,),
+        aliasing="inplace",
+    ),
+    break_op(
+        "nonzero_into",
+        2,
+        _into_buffer,
+        """
+@eager_break_during_capture
+def nonzero_into(x, out):
+    found = torch.nonzero(x.reshape(-1) > 0).reshape(-1)
+    flat = torch.zeros(out.numel(), dtype=out.dtype, device=out.device)
+    n = min(found.numel(), flat.numel())
+    flat[:n] = found[:n].to(out.dtype)
+    out.copy_(flat.view(out.shape))
+    return out
+""",
+        "nonzero_into({0}, {1})",
+        mutates=(1,),
+        aliasing="out",
+    ),
+    break_op(
+        "masked_select_into",
+        2,
+        _into_buffer,
+        """
+@eager_break_during_capture
+def masked_select_into(x, out):
+    picked = torch.masked_select(x, x > 0)
+    flat = torch.zeros(out.numel(), dtype=out.dtype, device=out.device)
+    n = min(picked.numel(), flat.numel())
+    flat[:n] = picked[:n].to(out.dtype)
+    out.copy_(flat.view(out.shape))
+    return out
+""",
+        "masked_select_into({0}, {1})",
+        mutates=(1,),
+        aliasing="out",
+    ),
+    break_op(
+        "clear_negatives_",
+        1,
+        _arith_same,
+        """
+@eager_break_during_capture
+def clear_negatives_(x):
+    x[x < 0] = 0
+    return x
+""",
+        "clear_negatives_({0})",
+        mutates=(0,),
+        aliasing="inplace",
+    ),
+    break_op(
+        "branch_on_sign",
+        1,
+        _float_same,
+        """
+@eager_break_during_capture
+def branch_on_sign(x):
+    total = float(torch.nan_to_num(x.float()).sum())
+    if total > 0:
+        return torch.tanh(x)
+    return x * 2
+""",
+        "branch_on_sign({0})",
+    ),
+    break_op(
+        "host_round_trip",
+        1,
+        _arith_same,
+        """
+@eager_break_during_capture
+def host_round_trip(x):
+    host = x.cpu()
+    return (host * 2 + 1).to(x.device)
+""",
+        "host_round_trip({0})",
+    ),
+    break_op(
+        "halve_until_small",
+        1,
+        _float_same,
+        PEAK
+        + """
+@eager_break_during_capture
+def halve_until_small(x):
+    peak, steps = finite_peak(x), 0
+    while peak > 1.0 and steps < 8:
+        peak, steps = peak / 2, steps + 1
+    out = x.clone()
+    for _ in range(steps):
+        out = out * 0.5
+    return out
+""",
+        "halve_until_small({0})",
+    ),
+    break_op(
+        "side_stream_scale",
+        1,
+        _arith_same,
+        """
+@eager_break_during_capture
+def side_stream_scale(x):
+    out = torch.empty_like(x)
+    # The simulator patches torch.cuda, so is_available() is True there; plain CPU skips.
+    if x.is_cuda or torch.cuda.is_available():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            out.copy_(x * 3)
+        torch.cuda.current_stream().wait_stream(side)
+    else:
+        out.copy_(x * 3)
+    return out
+""",
+        "side_stream_scale({0})",
+    ),
+    break_op(
+        "add_noise",
+        1,
+        _float_same,
+        """
+@eager_break_during_capture
+def add_noise(x):
+    return x + 0.01 * torch.randn_like(x)
+""",
+        "add_noise({0})",
+        rng=True,
+    ),
+    break_op(
+        "rank_via_host",
+        1,
+        _ranks,
+        """
+@eager_break_during_capture
+def rank_via_host(x):
+    values = x.reshape(-1).tolist()
+    order = sorted(range(len(values)), key=lambda i: (values[i] != values[i], values[i]))
+    ranks = [0] * len(values)
+    for rank, i in enumerate(order):
+        ranks[i] = rank
+    out = torch.empty(x.shape, dtype=torch.int64, device=x.device)
+    out.copy_(torch.tensor(ranks, dtype=torch.int64).view(x.shape))
+    return out
+""",
+        "rank_via_host({0})",
+    ),
+    break_op(
+        "blend",
+        2,
+        _float_pair,
+        PEAK
+        + """
+@eager_break_during_capture
+def blend_by_peak(x, *, other, weight):
+    w = weight if finite_peak(other) < 1e4 else 0.0
+    return x * (1 - w) + other * w
+
+
+def blend(x, y, *, weight):
+    return blend_by_peak(x, other=y, weight=weight)
+""",
+        "blend({0}, {1}, weight={weight})",
+        params=_weight,
+    ),
+    break_op(
+        "outer_twice",
+        1,
+        _float_same,
+        PEAK
+        + """
+@eager_break_during_capture
+def inner_shrink(x):
+    return x / (1.0 + finite_peak(x))
+
+
+@eager_break_during_capture
+def outer_twice(x):
+    return inner_shrink(inner_shrink(x) + 1)
+""",
+        "outer_twice({0})",
+    ),
+    break_op(
+        "pair_mix",
+        2,
+        _float_pair,
+        PEAK
+        + """
+@dataclasses.dataclass
+class Pair:
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+@eager_break_during_capture
+def mix_pair(pair):
+    gate = 1.0 if finite_peak(pair.second) > 1.0 else 0.5
+    return pair.first * gate + pair.second
+
+
+def pair_mix(x, y):
+    return mix_pair(Pair(first=x, second=y))
+""",
+        "pair_mix({0}, {1})",
+    ),
+    break_op(
+        "dict_mix",
+        2,
+        _float_pair,
+        PEAK
+        + """
+@eager_break_during_capture
+def mix_dict(tensors):
+    gate = finite_peak(tensors["b"])
+    return {"sum": tensors["a"] + gate, "diff": tensors["a"] - tensors["b"]}
+
+
+def dict_mix(x, y):
+    parts = mix_dict({"a": x, "b": y})
+    return parts["sum"] * parts["diff"]
+""",
+        "dict_mix({0}, {1})",
+    ),
+    break_op(
+        "do_nothing",
+        1,
+        _applies_always,
+        """
+@eager_break_during_capture
+def do_nothing(x):
+    return None
+""",
+        "do_nothing({0})",
+        outputs=0,
+    ),
+]

@@ -1,0 +1,129 @@
+"""Shared shape, dtype and parameter rules that the op modules build their ``infer`` on.
+
+Every rule is a pure function of :class:`TensorMeta` values (shapes and dtypes only) that
+mirrors torch's own behaviour (broadcasting, type promotion, dim wrapping, reductions),
+returning ``None`` where torch would raise. Param strategies here only draw valid values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from verification.ops.spec import TensorMeta
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+# Growth guards: ops that enlarge tensors (cat, stack, expand, outer...) refuse to build
+# anything bigger, so random programs stay cheap on the CPU simulator.
+MAX_NDIM = 6
+MAX_NUMEL = 4096
+
+Shape = tuple[int, ...]
+
+
+def is_float(m: TensorMeta) -> bool:
+    return m.dtype in FLOATS
+
+
+def is_int(m: TensorMeta) -> bool:
+    return m.dtype == torch.int64
+
+
+def is_bool(m: TensorMeta) -> bool:
+    return m.dtype == torch.bool
+
+
+def is_arith(m: TensorMeta) -> bool:
+    """Numbers torch does arithmetic on (bool is rejected by sub/neg and friends)."""
+    return m.dtype != torch.bool
+
+
+def fits(shape: Sequence[int]) -> bool:
+    return len(shape) <= MAX_NDIM and 0 < math.prod(shape) <= MAX_NUMEL
+
+
+def broadcast(*shapes: Sequence[int]) -> Shape | None:
+    """torch's broadcasting of shapes, or None where they do not broadcast."""
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for axis in range(-ndim, 0):
+        sizes = {s[axis] for s in shapes if len(s) >= -axis} - {1}
+        if len(sizes) > 1:
+            return None
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def broadcasts_to(shape: Sequence[int], target: Sequence[int]) -> bool:
+    return broadcast(shape, target) == tuple(target)
+
+
+def _stand_in(m: TensorMeta) -> torch.Tensor:
+    # Type promotion only looks at dtype and whether a tensor is zero-dimensional.
+    return torch.empty((1,) * min(len(m.shape), 1), dtype=m.dtype, device="meta")
+
+
+def promote(*metas: TensorMeta) -> torch.dtype:
+    """torch's result dtype for an elementwise op over these tensors."""
+    result = _stand_in(metas[0])
+    for m in metas[1:]:
+        dtype = torch.result_type(result, _stand_in(m))
+        zero_dim = result.dim() == 0 and len(m.shape) == 0
+        result = torch.empty((1,) * (not zero_dim), dtype=dtype, device="meta")
+    return result.dtype
+
+
+def float_result(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of true division and other ops that turn integers into floats."""
+    return dtype if dtype in FLOATS else torch.get_default_dtype()
+
+
+def wrap_dim(dim: int, ndim: int) -> int | None:
+    """The non-negative axis ``dim`` names, or None; 0-d tensors accept dims 0 and -1."""
+    rank = max(ndim, 1)
+    return dim % rank if -rank <= dim < rank else None
+
+
+def reduced(shape: Shape, dim: int, keepdim: bool) -> Shape | None:
+    axis = wrap_dim(dim, len(shape))
+    if axis is None:
+        return None
+    if not shape:
+        return ()
+    if keepdim:
+        return (*shape[:axis], 1, *shape[axis + 1 :])
+    return shape[:axis] + shape[axis + 1 :]
+
+
+def dims(ndim: int) -> st.SearchStrategy[int]:
+    rank = max(ndim, 1)
+    return st.integers(-rank, rank - 1)
+
+
+def size_at(shape: Shape, dim: int) -> int:
+    """Size of ``dim`` where a 0-d tensor counts as one element along its only axis."""
+    return shape[dim] if shape else 1
+
+
+def accepted(
+    infer: Callable[[Sequence[TensorMeta], Mapping[str, Any]], Any],
+    metas: Sequence[TensorMeta],
+    choices: Sequence[dict[str, Any]],
+) -> st.SearchStrategy[dict[str, Any]]:
+    """The choices ``infer`` accepts for these metas (all of them if it accepts none)."""
+    ok = [c for c in choices if infer(metas, c) is not None]
+    return st.sampled_from(ok or list(choices))
+
+
+def dim_choices(ndim: int, keepdim: bool = False) -> list[dict[str, Any]]:
+    rank = max(ndim, 1)
+    flags = (False, True) if keepdim else (None,)
+    return [
+        {"dim": d} if k is None else {"dim": d, "keepdim": k}
+        for d in range(-rank, rank)
+        for k in flags
+    ]

@@ -1,0 +1,66 @@
+"""One capture in progress: its streams, recorded steps, pool and error state.
+
+Streams forked into the capture carry vector clocks (how much work of each stream they
+have waited for); ``capture_end`` accepts the capture only if the origin stream has
+waited for all work of every forked stream, mirroring CUDA's unjoined-fork error.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from verification.sim.allocator import Pool
+from verification.sim.recording import Step
+
+CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
+
+
+class Capture:
+    def __init__(self, origin: Any, pool: Pool, mode: str) -> None:
+        self.origin = origin
+        self.pool = pool
+        self.mode = mode
+        self.thread = threading.get_ident()
+        self.steps: list[Step] = []
+        self.clocks: dict[Any, dict[Any, int]] = {origin: {origin: 0}}
+        self.invalid = False
+        self.active = True
+        origin.capture = self
+
+    def clock_of(self, stream: Any) -> dict[Any, int]:
+        return dict(self.clocks[stream])
+
+    def fork(self, stream: Any, clock: dict[Any, int]) -> None:
+        stream.capture = self
+        self.clocks[stream] = {**clock, stream: 0}
+
+    def merge(self, stream: Any, clock: dict[Any, int]) -> None:
+        mine = self.clocks[stream]
+        for other, count in clock.items():
+            if count > mine.get(other, 0):
+                mine[other] = count
+
+    def add_step(self, stream: Any, step: Step | None) -> None:
+        if step is not None:
+            self.steps.append(step)
+        clock = self.clocks[stream]
+        clock[stream] = clock.get(stream, 0) + 1
+
+    def unjoined(self) -> bool:
+        seen = self.clocks[self.origin]
+        return any(
+            clock.get(stream, 0) > seen.get(stream, 0)
+            for stream, clock in self.clocks.items()
+            if stream is not self.origin
+        )
+
+    def invalidate(self) -> None:
+        self.invalid = True
+
+    def finish(self) -> None:
+        """Takes every participating stream out of capture mode."""
+        for stream in self.clocks:
+            if stream.capture is self:
+                stream.capture = None
+        self.active = False

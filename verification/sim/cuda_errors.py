@@ -1,0 +1,25 @@
+"""CUDA's error texts, as torch surfaces them, for the traps the simulator reproduces.
+
+Kept in one table so tests and simulator agree on the exact wording users see on a GPU.
+"""
+
+from __future__ import annotations
+
+NOT_PERMITTED = "CUDA error: operation not permitted when stream is capturing"
+INVALIDATED = "CUDA error: operation failed due to a previous error during capture"
+UNJOINED = "CUDA error: capturing stream has unjoined work"
+DEFAULT_STREAM = (
+    "CUDA graphs must be captured on a non-default stream. "
+    "(However, after capture, it's ok to replay them on the default stream.)"
+)
+WRONG_END_STREAM = "Capture must end on the same stream it began on."
+EMPTY_GRAPH = (
+    "The CUDA Graph is empty. This usually means that the graph was attempted to be "
+    "captured on wrong device or stream."
+)
+REPLAY_WITHOUT_CAPTURE = "Called CUDAGraph::replay without a preceding successful capture."
+HOST_COPY = (
+    "Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the CPU "
+    "tensor is pinned. Please use tensor.pin_memory() or allocate the tensor with "
+    "pin_memory=True."
+)

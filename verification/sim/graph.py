@@ -1,0 +1,134 @@
+"""Simulated ``torch.cuda.CUDAGraph``, ``torch.cuda.graph`` and ``graph_pool_handle``.
+
+A graph owns the steps recorded between ``capture_begin`` and ``capture_end`` and a
+reference on its memory pool until ``reset()`` (or deletion). ``replay()`` re-executes
+the steps in order against the current contents of the memory they name.
+"""
+
+from __future__ import annotations
+
+import gc
+import warnings
+from typing import Any
+
+import torch
+
+from verification.sim import cuda_errors, state
+from verification.sim.allocator import Pool, PoolId
+from verification.sim.capture import CAPTURE_ERROR_MODES, Capture
+from verification.sim.recording import Step
+from verification.sim.streams import Stream, StreamContext, current_stream
+
+
+class CUDAGraph:
+    def __init__(self, keep_graph: bool = False) -> None:
+        self._capture: Capture | None = None
+        self._steps: list[Step] | None = None
+        self._pool: Pool | None = None
+
+    def capture_begin(
+        self, pool: PoolId | None = None, capture_error_mode: str = "global", **kwargs: Any
+    ) -> None:
+        session = state.require()
+        if capture_error_mode not in CAPTURE_ERROR_MODES:
+            raise ValueError(
+                f"capture_error_mode must be one of {CAPTURE_ERROR_MODES}, got {capture_error_mode!r}"
+            )
+        if self._capture is not None or self._steps is not None:
+            raise RuntimeError("This CUDAGraph already holds a capture; call reset() first.")
+        stream = current_stream()
+        if stream == session.default_stream:
+            raise RuntimeError(cuda_errors.DEFAULT_STREAM)
+        if stream.capture is not None:
+            raise RuntimeError(cuda_errors.NOT_PERMITTED)
+        with session.lock:
+            self._pool = session.allocator.capture_pool(pool)
+            self._pool.graph_refs += 1
+            self._capture = Capture(stream, self._pool, capture_error_mode)
+            session.captures.add(self._capture)
+
+    def capture_end(self) -> None:
+        session = state.require()
+        capture = self._capture
+        if capture is None:
+            raise RuntimeError("capture_end() called without a matching capture_begin().")
+        if current_stream() != capture.origin:
+            raise RuntimeError(cuda_errors.WRONG_END_STREAM)
+        unjoined = capture.unjoined()
+        with session.lock:
+            capture.finish()
+            session.captures.discard(capture)
+        self._capture = None
+        if capture.invalid or unjoined:
+            self._release_pool()
+            raise RuntimeError(cuda_errors.INVALIDATED if capture.invalid else cuda_errors.UNJOINED)
+        self._steps = capture.steps
+        if not self._steps:
+            warnings.warn(cuda_errors.EMPTY_GRAPH, UserWarning, stacklevel=2)
+
+    def replay(self) -> None:
+        if self._steps is None:
+            raise RuntimeError(cuda_errors.REPLAY_WITHOUT_CAPTURE)
+        with torch.no_grad(), torch._C._DisableTorchDispatch():
+            for step in self._steps:
+                step.run()
+
+    def reset(self) -> None:
+        if self._capture is not None:
+            self._capture.finish()
+            if state.session is not None:
+                state.session.captures.discard(self._capture)
+            self._capture = None
+        self._steps = None
+        self._release_pool()
+
+    def pool(self) -> PoolId:
+        if self._pool is None:
+            raise RuntimeError("pool() needs a graph that has begun capture.")
+        return self._pool.id
+
+    def _release_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.graph_refs -= 1
+            self._pool = None
+
+    def __del__(self) -> None:
+        try:
+            self.reset()
+        except Exception:
+            pass  # interpreter shutdown: nothing left to release
+
+
+def graph_pool_handle() -> PoolId:
+    return state.require().allocator.new_handle()
+
+
+class graph:
+    """``with torch.cuda.graph(g):`` captures the block into ``g`` on a side stream."""
+
+    def __init__(
+        self,
+        cuda_graph: CUDAGraph,
+        pool: PoolId | None = None,
+        stream: Stream | None = None,
+        capture_error_mode: str = "global",
+        **kwargs: Any,
+    ) -> None:
+        self.cuda_graph = cuda_graph
+        self.pool = pool
+        self.capture_error_mode = capture_error_mode
+        self.stream_ctx = StreamContext(
+            stream if stream is not None else state.require().graph_side_stream
+        )
+
+    def __enter__(self) -> None:
+        torch.cuda.synchronize()
+        gc.collect()
+        torch.cuda.empty_cache()
+        self.stream_ctx.__enter__()
+        self.cuda_graph.capture_begin(self.pool, capture_error_mode=self.capture_error_mode)
+
+    def __exit__(self, *exc: Any) -> None:
+        # Like torch: if capture_end raises, the capture stream stays current.
+        self.cuda_graph.capture_end()
+        self.stream_ctx.__exit__(*exc)

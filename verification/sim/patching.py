@@ -1,0 +1,156 @@
+"""``simulated_cuda()``: installs the simulated ``torch.cuda`` surface and the dispatch mode.
+
+Entries are refcounted across threads: the outermost entry opens a session and patches
+``torch.cuda`` (and the submodules the names live in), ``torch.Tensor`` and thread
+start-up; the matching exit restores every original, also after an exception. Each
+thread that enters, or starts while the simulator is active, pushes its own dispatch mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.cuda.graphs
+import torch.cuda.memory
+import torch.cuda.random
+import torch.cuda.streams
+
+from verification.sim import cuda_api, graph, state, streams
+from verification.sim.dispatch import SimMode
+from verification.sim.session import Session
+
+_MODULES = (torch.cuda, torch.cuda.graphs, torch.cuda.streams, torch.cuda.memory, torch.cuda.random)
+
+# Simulated name -> replacement; patched in every module of _MODULES that defines the name
+# (always in torch.cuda itself).
+_CUDA_NAMES: dict[str, Any] = {
+    "CUDAGraph": graph.CUDAGraph,
+    "graph": graph.graph,
+    "graph_pool_handle": graph.graph_pool_handle,
+    "Stream": streams.Stream,
+    "Event": streams.Event,
+    "stream": streams.stream,
+    "current_stream": streams.current_stream,
+    "default_stream": streams.default_stream,
+    "set_stream": streams.set_stream,
+    "is_current_stream_capturing": streams.is_current_stream_capturing,
+    "synchronize": cuda_api.synchronize,
+    "empty_cache": cuda_api.empty_cache,
+    "memory_allocated": cuda_api.memory_allocated,
+    "memory_reserved": cuda_api.memory_reserved,
+    "memory_snapshot": cuda_api.memory_snapshot,
+    "is_available": cuda_api.is_available,
+    "device_count": cuda_api.device_count,
+    "current_device": cuda_api.current_device,
+    "set_device": cuda_api.set_device,
+    "manual_seed": cuda_api.manual_seed,
+    "manual_seed_all": cuda_api.manual_seed,
+    "get_rng_state": cuda_api.get_rng_state,
+    "set_rng_state": cuda_api.set_rng_state,
+}
+
+_MISSING = object()
+_lock = threading.RLock()
+_depth = 0
+_saved: list[tuple[Any, str, Any]] = []
+_thread = threading.local()
+
+
+def _patch(owner: Any, name: str, value: Any) -> None:
+    # Only the owner's own attribute is saved: inherited ones (Tensor methods from
+    # TensorBase) are restored by deleting the shadowing attribute.
+    _saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
+    setattr(owner, name, value)
+
+
+def _restore_all() -> None:
+    while _saved:
+        owner, name, old = _saved.pop()
+        if old is _MISSING:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, old)
+
+
+def _bootstrap_with_mode(original: Any) -> Any:
+    def _bootstrap_inner(self: threading.Thread) -> None:
+        _push_thread_mode()
+        try:
+            original(self)
+        finally:
+            _pop_thread_mode()
+
+    return _bootstrap_inner
+
+
+def _install() -> None:
+    for module in _MODULES:
+        for name, value in _CUDA_NAMES.items():
+            if module is torch.cuda or name in module.__dict__:
+                _patch(module, name, value)
+    for name, value in cuda_api.tensor_replacements().items():
+        _patch(torch.Tensor, name, value)
+    _patch(
+        threading.Thread,
+        "_bootstrap_inner",
+        _bootstrap_with_mode(threading.Thread._bootstrap_inner),
+    )
+
+
+def _push_thread_mode() -> None:
+    depth = getattr(_thread, "depth", 0)
+    if depth == 0:
+        _thread.mode = SimMode()
+        _thread.mode.__enter__()
+    _thread.depth = depth + 1
+
+
+def _pop_thread_mode() -> None:
+    _thread.depth -= 1
+    if _thread.depth == 0:
+        _thread.mode.__exit__(None, None, None)
+        _thread.mode = None
+
+
+def _enter() -> None:
+    global _depth
+    with _lock:
+        if _depth == 0:
+            state.session = Session()
+            try:
+                _install()
+            except BaseException:
+                _restore_all()
+                state.session = None
+                raise
+        _depth += 1
+    _push_thread_mode()
+
+
+def _exit() -> None:
+    global _depth
+    _pop_thread_mode()
+    with _lock:
+        _depth -= 1
+        if _depth == 0:
+            _restore_all()
+            session, state.session = state.session, None
+            session.close()
+
+
+@contextlib.contextmanager
+def simulated_cuda() -> Iterator[None]:
+    """Runs the block with ``torch.cuda`` simulated on CPU tensors (re-entrant, thread-safe)."""
+    _enter()
+    try:
+        yield
+    finally:
+        _exit()
+
+
+def is_active() -> bool:
+    return state.session is not None

@@ -1,0 +1,138 @@
+"""Recorded graph steps: an aten call whose tensors are named by simulated address.
+
+A :class:`BlockRef` names memory (block, dtype, size, stride, offset) without owning it,
+as a CUDA graph names raw pointers; tensors not from the simulator's allocator are held
+strongly. Replaying a step runs the op on whatever the memory holds at replay time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from verification.sim.allocator import Allocator, Block
+
+
+class BlockRef:
+    """A tensor view over a block's memory, rebuilt on demand."""
+
+    __slots__ = ("block", "dtype", "offset", "size", "stride")
+
+    def __init__(
+        self, block: Block, dtype: torch.dtype, size: Any, stride: Any, offset: int
+    ) -> None:
+        self.block = block
+        self.dtype = dtype
+        self.size = size
+        self.stride = stride
+        self.offset = offset
+
+    def tensor(self) -> torch.Tensor:
+        return torch.empty(0, dtype=self.dtype).set_(
+            self.block.storage, self.offset, self.size, self.stride
+        )
+
+
+class HeldRef:
+    """A tensor the simulator did not allocate (made before it started): held strongly."""
+
+    __slots__ = ("held",)
+
+    def __init__(self, held: torch.Tensor) -> None:
+        self.held = held
+
+    def tensor(self) -> torch.Tensor:
+        return self.held
+
+
+TensorRef = BlockRef | HeldRef
+
+
+def ref_to(t: torch.Tensor, allocator: Allocator) -> TensorRef:
+    if type(t) is not torch.Tensor or t.device.type != "cpu" or t.layout != torch.strided:
+        return HeldRef(t)
+    base = t.untyped_storage().data_ptr()
+    block = allocator.find(base)
+    if block is None:
+        return HeldRef(t)
+    byte_offset = base - block.address + t.storage_offset() * t.element_size()
+    if byte_offset % t.element_size():
+        return HeldRef(t)
+    return BlockRef(block, t.dtype, tuple(t.shape), t.stride(), byte_offset // t.element_size())
+
+
+CallSpec = tuple[tuple[Any, ...], tuple[str, ...]]
+
+
+def flatten_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[list[Any], CallSpec]:
+    """Flattens an aten call: its arguments are leaves or flat lists/tuples of leaves.
+
+    Much cheaper than a general pytree, which matters because every captured op pays it.
+    """
+    leaves: list[Any] = []
+    shapes: list[Any] = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, (list, tuple)):
+            shapes.append((type(value), len(value)))
+            leaves.extend(value)
+        else:
+            shapes.append(None)
+            leaves.append(value)
+    return leaves, (tuple(shapes), tuple(kwargs))
+
+
+def unflatten_call(leaves: list[Any], spec: CallSpec) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    shapes, names = spec
+    values: list[Any] = []
+    i = 0
+    for shape in shapes:
+        if shape is None:
+            values.append(leaves[i])
+            i += 1
+        else:
+            kind, n = shape
+            values.append(kind(leaves[i : i + n]))
+            i += n
+    n_args = len(shapes) - len(names)
+    return tuple(values[:n_args]), dict(zip(names, values[n_args:]))
+
+
+class Step:
+    """One recorded op: ``func`` on referenced inputs; fresh results copied into ``outputs``.
+
+    ``outputs`` has one entry per schema return: ``None`` (aliases an input, nothing to
+    copy), a ref, or a list of refs for ``Tensor[]`` returns.
+    """
+
+    __slots__ = ("func", "leaves", "outputs", "single_return", "spec")
+
+    def __init__(
+        self,
+        func: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        outputs: list[Any],
+        allocator: Allocator,
+    ) -> None:
+        leaves, spec = flatten_call(args, kwargs)
+        self.func = func
+        self.leaves = [ref_to(x, allocator) if isinstance(x, torch.Tensor) else x for x in leaves]
+        self.spec = spec
+        self.outputs = outputs
+        self.single_return = len(func._schema.returns) == 1
+
+    def run(self) -> None:
+        """Executes the step; the caller disables the dispatch mode and autograd."""
+        leaves = [x.tensor() if isinstance(x, (BlockRef, HeldRef)) else x for x in self.leaves]
+        args, kwargs = unflatten_call(leaves, self.spec)
+        result = self.func(*args, **kwargs)
+        results = (result,) if self.single_return else result
+        for target, value in zip(self.outputs, results):
+            if target is None:
+                continue
+            if isinstance(target, list):
+                for t, v in zip(target, value):
+                    t.tensor().copy_(v)
+            else:
+                target.tensor().copy_(value)

@@ -1,0 +1,56 @@
+"""State of one simulator session: allocator, default stream, captures in progress.
+
+Created by the outermost ``simulated_cuda()`` entry and closed by its exit, which is
+the only point where released block memory (the quarantine) is really freed.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from verification.sim import cuda_errors
+from verification.sim.allocator import Allocator
+from verification.sim.streams import Stream, current_stream
+
+
+class Session:
+    def __init__(self) -> None:
+        self.allocator = Allocator(on_growth=self.check_unsafe_call)
+        self.default_stream = Stream()
+        self.captures: set[Any] = set()
+        self.lock = threading.RLock()
+        self._graph_side_stream: Stream | None = None
+
+    @property
+    def graph_side_stream(self) -> Stream:
+        """The stream ``torch.cuda.graph`` captures on when given none (one per session)."""
+        if self._graph_side_stream is None:
+            self._graph_side_stream = Stream()
+        return self._graph_side_stream
+
+    def check_unsafe_call(self) -> None:
+        """Raises for a potentially unsafe call (cudaMalloc, sync) that a capture forbids.
+
+        A "global" capture forbids them in every thread not capturing into it, a
+        "thread_local" one only in the thread that began it, "relaxed" nowhere.
+        """
+        mine = current_stream().capture
+        me = threading.get_ident()
+        for capture in list(self.captures):
+            if capture is mine:
+                continue
+            if capture.mode == "global" or (
+                capture.mode == "thread_local" and capture.thread == me
+            ):
+                capture.invalidate()
+                raise RuntimeError(cuda_errors.NOT_PERMITTED)
+
+    def capturing_pools(self) -> set[Any]:
+        return {capture.pool for capture in self.captures}
+
+    def close(self) -> None:
+        for capture in list(self.captures):
+            capture.finish()
+        self.captures.clear()
+        self.allocator.quarantine.clear()
