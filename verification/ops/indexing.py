@@ -100,8 +100,11 @@ def _take(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
 
 def _advanced_index(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     a, b = metas
+    # A 0-d index tensor is read on the host (``__index__``): a sync that capture forbids.
+    if not a.shape or not b.shape:
+        return None
     shape = (*b.shape, *a.shape[1:])
-    return TensorMeta(shape, a.dtype) if a.shape and rules.fits(shape) else None
+    return TensorMeta(shape, a.dtype) if rules.fits(shape) else None
 
 
 def _idx(src: str, size: str) -> str:

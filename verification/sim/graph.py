@@ -103,7 +103,7 @@ def graph_pool_handle() -> PoolId:
     return state.require().allocator.new_handle()
 
 
-class graph:
+class graph:  # lower-case to mirror torch.cuda.graph
     """``with torch.cuda.graph(g):`` captures the block into ``g`` on a side stream."""
 
     def __init__(

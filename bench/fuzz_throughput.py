@@ -1,0 +1,92 @@
+"""Fuzzer throughput: examples per second of the full loop against a bare capture loop.
+
+Draws ``N`` programs once, then times (1) the full fuzzer loop on them (oracle: eager
+reference, warm-up, capture, replays, break log and comparison) and (2) a bare loop that
+only runs eager, captures and replays each program with the target, no checks. Both run
+in this process on the same programs and device; the ratio is the oracle's overhead.
+Writes ``results/fuzz_throughput_<device>.json``.
+
+Usage: ``python bench/fuzz_throughput.py [--device auto|cuda|sim] [--programs 100]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from verification.devices import resolve_device
+from verification.execute import CapturedProgram, run_eager
+from verification.fuzz import device_context
+from verification.oracle import check_program
+from verification.programs import Program, make_inputs, op_table, programs
+from verification.targets import load_target
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+REPLAYS = 3
+
+
+def draw_programs(count: int, allow_tensor_returns: bool) -> list[Program]:
+    drawn: list[Program] = []
+
+    @settings(
+        max_examples=count, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(programs(allow_tensor_returns=allow_tensor_returns))
+    def collect(program: Program) -> None:
+        drawn.append(program)
+
+    collect()
+    return drawn
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--programs", type=int, default=100)
+    parser.add_argument("--target", default="breakable_cudagraph")
+    args = parser.parse_args()
+    kind = resolve_device(args.device)
+    target = load_target(args.target)
+    drawn = draw_programs(args.programs, target.supports_tensor_returns)
+    table = op_table()
+    with device_context(kind) as device:
+        start = time.perf_counter()
+        for seed, program in enumerate(drawn):
+            check_program(program, target, device, seed, REPLAYS)
+        full = time.perf_counter() - start
+        start = time.perf_counter()
+        for seed, program in enumerate(drawn):
+            inputs = make_inputs(program, seed, device)
+            run_eager(program, table, inputs, seed, kind)
+            captured = CapturedProgram(program, table, target, inputs, seed, kind)
+            for replay in range(REPLAYS):
+                captured.replay(inputs, seed + replay)
+        bare = time.perf_counter() - start
+    result = {
+        "device": kind,
+        "target": target.name,
+        "programs": len(drawn),
+        "replays": REPLAYS,
+        "fuzz_examples_per_s": len(drawn) / full,
+        "bare_examples_per_s": len(drawn) / bare,
+        "bare_over_fuzz": full / bare if bare else None,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"fuzz_throughput_{kind}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"fuzz loop: {result['fuzz_examples_per_s']:.1f} examples/s; bare capture+replay: "
+        f"{result['bare_examples_per_s']:.1f} programs/s; ratio {result['bare_over_fuzz']:.2f}x "
+        f"(device={kind}); written to {path}"
+    )
+
+
+if __name__ == "__main__":
+    main()

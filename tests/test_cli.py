@@ -1,0 +1,96 @@
+"""``python -m verification``: exit 0 when clean, 1 on findings, 2 with a one-line usage error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cli(
+    *args: str, extra_path: Path | None = None, cwd: Path = ROOT
+) -> subprocess.CompletedProcess[str]:
+    paths = [str(ROOT)] + ([str(extra_path)] if extra_path else [])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    return subprocess.run(
+        [sys.executable, "-m", "verification", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_clean_fuzz_exits_0_with_summary_last(bcg_kind):
+    done = _cli("fuzz", "--device", bcg_kind, "--examples", "3")
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("fuzz: ") and "0 findings" in last and f"device={bcg_kind}" in last
+
+
+def test_fuzz_exits_1_and_prints_a_reproducer_when_a_bug_is_found(bcg_kind, tmp_path):
+    (tmp_path / "twice_target.py").write_text(
+        "from tests.planted_targets import build\n"
+        "globals().update({k: v for k, v in vars(build('eager_run_twice')).items() if k != '__name__'})\n"
+    )
+    done = _cli(
+        "fuzz",
+        "--target",
+        "twice_target",
+        "--device",
+        bcg_kind,
+        "--examples",
+        "25",
+        "--report",
+        str(tmp_path / "report"),
+        extra_path=tmp_path,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "def program(" in done.stdout
+    assert list((tmp_path / "report").glob("*.py"))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("fuzz", "--examples", "0"),
+        ("fuzz", "--device", "tpu"),
+        ("fuzz", "--target", "no_such_target_module"),
+        ("fuzz", "--replays", "1"),
+        ("certify", "--examples", "many"),
+        ("bogus",),
+    ],
+)
+def test_usage_errors_exit_2_with_one_error_line(args):
+    done = _cli(*args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_gpu_is_a_usage_error():
+    done = _cli("fuzz", "--device", "cuda")
+    assert (
+        done.returncode == 2 and done.stderr.startswith("error: ") and "--device sim" in done.stderr
+    )
+
+
+def test_certify_writes_certificate_and_says_when_simulated(bcg_kind, tmp_path):
+    out = tmp_path / "cert"
+    done = _cli("certify", "--device", bcg_kind, "--examples", "3", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    cert = json.loads((out / "certificate.json").read_text())
+    assert cert["passed"] and cert["examples"] >= 1 and cert["device"] == bcg_kind
+    assert cert["simulated"] == (bcg_kind == "sim")
+    assert (out / "certificate.md").exists()
+    if bcg_kind == "sim":
+        assert "SIMULATOR" in done.stdout

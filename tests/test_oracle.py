@@ -1,0 +1,143 @@
+"""Oracle semantics: exact and tolerant comparison, and every finding kind can be produced."""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import strategies as st
+
+from tests.planted_targets import build
+from verification.fuzz import CampaignConfig, run_isolated
+from verification.ops.spec import OpSpec, TensorMeta
+from verification.oracle import Tolerance, check_program, compare
+from verification.programs import Program, Step
+from verification.targets import load_target
+
+
+def _same_float(metas, params):
+    return metas[0] if all(m == metas[0] for m in metas) else None
+
+
+def _applies(metas, params):
+    return True
+
+
+_SCALE = st.fixed_dictionaries({"alpha": st.sampled_from([2.0])})
+# A private catalog, so that these hand-written programs do not depend on the shipped ops.
+OPS = (
+    OpSpec("add", 2, _same_float, "torch.add({0}, {1})", run=torch.add),
+    OpSpec("neg", 1, _same_float, "torch.neg({0})", run=torch.neg),
+    OpSpec(
+        "host_scale",
+        1,
+        _same_float,
+        "host_scale({0})",
+        kind="break",
+        entry="host_scale",
+        params=lambda metas: _SCALE,
+        source="@eager_break_during_capture\ndef host_scale(x, alpha=1.0):\n    return x * alpha + 1\n",
+    ),
+    OpSpec(
+        "double_",
+        1,
+        _applies,
+        "double_({0})",
+        kind="break",
+        entry="double_",
+        outputs=0,
+        aliasing="inplace",
+        mutates=(0,),
+        source="@eager_break_during_capture\ndef double_(x):\n    x.mul_(2)\n",
+    ),
+)
+F32 = TensorMeta((4,), torch.float32)
+
+
+def _program(*steps: Step, outputs: tuple[int, ...]) -> Program:
+    return Program((F32, F32), steps, outputs)
+
+
+# in0 -> neg -> host_scale(brk) -> add(in1) -> double_(brk) ; output the sum
+TWO_BREAKS = _program(
+    Step("neg", (0,), (), False),
+    Step("host_scale", (2,), (("alpha", 2.0),), True),
+    Step("add", (3, 1), (), False),
+    Step("double_", (4,), (), True),
+    outputs=(4,),
+)
+
+
+def test_compare_is_bitwise_and_treats_nan_at_same_positions_as_equal():
+    x = torch.tensor([1.0, float("nan"), 3.0])
+    assert compare(x, x.clone()) is None
+    assert compare(x, torch.tensor([1.0, 2.0, 3.0])) is not None
+    assert compare(x, x + 1e-7) is not None
+
+
+def test_compare_checks_dtype_and_shape():
+    x = torch.zeros(2, 3)
+    assert "dtype" in compare(x, x.double())
+    assert "shape" in compare(x, x.reshape(3, 2))
+
+
+def test_compare_accepts_differences_within_tolerance_only():
+    x = torch.tensor([1.0, 100.0])
+    assert compare(x, x * (1 + 1e-4), Tolerance(rtol=1e-3)) is None
+    assert compare(x, x * 1.1, Tolerance(rtol=1e-3)) is not None
+
+
+def test_compare_handles_integers_and_complex():
+    assert compare(torch.arange(4), torch.arange(4)) is None
+    z = torch.tensor([1 + 2j, float("nan") + 0j])
+    assert compare(z, z.clone()) is None
+
+
+@pytest.mark.parametrize(
+    ("bug", "kind"),
+    [
+        (None, None),
+        ("output_not_copied_back", "mismatch"),
+        ("eager_run_twice", "break-count"),
+        ("eager_reordered", "break-order"),
+        ("args_frozen", "break-args"),
+    ],
+)
+def test_planted_bug_yields_its_finding_kind(bcg_device, bug, kind):
+    finding = check_program(TWO_BREAKS, load_target(build(bug)), bcg_device, seed=5, ops=OPS)
+    assert (finding and finding.kind) == kind, finding and finding.summary()
+
+
+def test_target_raising_at_replay_is_an_exception_finding(bcg_device):
+    clean = build(None)
+
+    class Raising(clean.BreakableCUDAGraphCapture):
+        def replay(self) -> None:
+            raise RuntimeError("boom")
+
+    target = SimpleNamespace(**{**vars(clean), "BreakableCUDAGraphCapture": Raising})
+    finding = check_program(TWO_BREAKS, load_target(target), bcg_device, ops=OPS)
+    assert finding is not None and finding.kind == "exception" and "boom" in finding.message
+
+
+def test_child_killed_by_a_signal_is_a_crash_finding(tmp_path, bcg_kind, monkeypatch):
+    module = tmp_path / "aborting_target.py"
+    module.write_text(
+        "import os, signal\nfrom tests.planted_targets import build\n"
+        "globals().update({k: v for k, v in vars(build(None)).items() if k != '__name__'})\n"
+        "class BreakableCUDAGraphCapture(BreakableCUDAGraphCapture):\n"
+        "    def replay(self):\n        os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    root = os.path.dirname(os.path.dirname(__file__))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), root]))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["fuzz", "--target", "aborting_target", "--device", bcg_kind, "--examples", "2"]
+    config = CampaignConfig(target="aborting_target", device=bcg_kind)
+    status, result = run_isolated(argv, config)
+    assert status == 1 and result is not None
+    assert result.findings[0].kind == "crash"
+    assert signal.SIGKILL.name in result.findings[0].message
+    assert "def program(" in result.reproducers[0]

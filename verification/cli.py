@@ -1,0 +1,168 @@
+"""Command line: ``python -m verification fuzz ...`` and ``python -m verification certify ...``.
+
+Exit status 0 means nothing was found, 1 that a property was violated (a reproducer is
+printed), 2 a usage error, printed as one ``error: ...`` line on stderr. ``certify`` runs
+the fuzz campaign and writes ``certificate.json`` and ``certificate.md``, saying loudly
+when the simulator stood in for a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import torch
+
+from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
+from verification.fuzz import CampaignConfig, CampaignResult, run_campaign, run_isolated
+from verification.targets import DEFAULT_TARGET, load_target
+
+EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _common(parser: argparse.ArgumentParser, default_examples: int | None) -> None:
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="importable module under test")
+    parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
+    parser.add_argument("--examples", type=_count(1), default=default_examples)
+    parser.add_argument("--seed", type=_count(0), default=0)
+    parser.add_argument("--max-ops", type=_count(1), default=8)
+    parser.add_argument("--max-breaks", type=_count(0), default=3)
+    parser.add_argument("--replays", type=_count(3), default=3)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m verification", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    fuzz = commands.add_parser("fuzz", help="differential fuzzing of a target")
+    _common(fuzz, 100)
+    fuzz.add_argument("--report", type=Path, help="directory for reproducer scripts")
+    fuzz.add_argument(
+        "--isolate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run in a child process so that a crash becomes a finding (default: on for cuda)",
+    )
+    fuzz.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
+    certify = commands.add_parser("certify", help="fuzz a target and write a certificate")
+    _common(certify, 200)
+    certify.add_argument("--out", type=Path, default=Path("certificate"))
+    return parser
+
+
+def _config(args: argparse.Namespace, report_dir: Path | None) -> CampaignConfig:
+    return CampaignConfig(
+        target=args.target,
+        device=args.device,
+        examples=args.examples,
+        seed=args.seed,
+        max_ops=args.max_ops,
+        max_breaks=args.max_breaks,
+        replays=args.replays,
+        report_dir=report_dir,
+        program_file=getattr(args, "program_file", None),
+    )
+
+
+def _print_result(result: CampaignResult) -> None:
+    for finding, text in zip(result.findings, result.reproducers):
+        print(f"FINDING {finding.summary()}")
+        print("---- reproducer ----")
+        print(text)
+        print("--------------------")
+    for path in result.reproducer_paths:
+        print(f"reproducer written to {path}")
+    print(result.summary_line())
+
+
+def _fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    kind = resolve_device(args.device)
+    load_target(args.target)
+    config = _config(args, args.report)
+    isolate = args.isolate if args.isolate is not None else kind == "cuda"
+    if isolate:
+        status, crashed = run_isolated(list(argv), config)
+        if crashed is not None:
+            _print_result(crashed)
+        return status
+    result = run_campaign(config)
+    _print_result(result)
+    return EXIT_FOUND if result.findings else EXIT_OK
+
+
+def certificate(result: CampaignResult, config: CampaignConfig) -> dict[str, Any]:
+    target = load_target(config.target)
+    return {
+        "target": target.name,
+        "target_version": target.version,
+        "device": result.device,
+        "simulated": result.device == "sim",
+        "torch_version": torch.__version__,
+        "gpu": torch.cuda.get_device_name() if result.device == "cuda" else None,
+        "examples": result.examples,
+        "findings": [f.summary() for f in result.findings],
+        "seed": config.seed,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "passed": not result.findings,
+    }
+
+
+def _markdown(cert: dict[str, Any]) -> str:
+    verdict = "PASS" if cert["passed"] else "FAIL"
+    lines = [f"# Certificate for `{cert['target']}`: {verdict}", ""]
+    if cert["simulated"]:
+        lines += ["**Run on the CUDA simulator, not a real GPU.**", ""]
+    lines += [f"- {key}: {value}" for key, value in cert.items() if key != "findings"]
+    lines += ["", "## Findings", ""] + ([f"- {f}" for f in cert["findings"]] or ["none"])
+    return "\n".join(lines) + "\n"
+
+
+def _certify(args: argparse.Namespace) -> int:
+    resolve_device(args.device)
+    load_target(args.target)
+    config = _config(args, args.out / "reproducers")
+    result = run_campaign(config)
+    _print_result(result)
+    cert = certificate(result, config)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "certificate.json").write_text(json.dumps(cert, indent=2) + "\n")
+    (args.out / "certificate.md").write_text(_markdown(cert))
+    if cert["simulated"]:
+        print("WARNING: certified on the CUDA SIMULATOR, not a real GPU; rerun with --device cuda")
+    verdict = "PASS" if cert["passed"] else "FAIL"
+    print(f"certify: {verdict}, certificate written to {args.out}")
+    return EXIT_OK if cert["passed"] else EXIT_FOUND
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "fuzz":
+            return _fuzz(args, argv)
+        return _certify(args)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,213 @@
+"""A fuzz campaign: hypothesis draws programs, the oracle checks them, findings get reports.
+
+:func:`run_campaign` runs in this process (under the simulator for ``sim``), stops at the
+first finding, lets hypothesis shrink it and returns it with a reproducer script.
+:func:`run_isolated` runs the same campaign in a child process and turns a child killed
+by a signal (a capture bug can abort the process) into a ``crash`` finding for the
+program it was running, which the child writes to a file before every example.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis.errors import FlakyFailure
+
+from verification.devices import resolve_device
+from verification.ops.spec import OpSpec
+from verification.oracle import Finding, check_program
+from verification.programs import Program, programs
+from verification.report import render_reproducer, write_reproducer
+from verification.targets import DEFAULT_TARGET, Target, load_target
+
+
+@dataclass
+class CampaignConfig:
+    """What to fuzz and how hard. ``examples=None`` takes the loaded hypothesis profile's."""
+
+    target: str | Any = DEFAULT_TARGET
+    device: str = "auto"
+    examples: int | None = None
+    seed: int = 0
+    max_ops: int = 8
+    max_breaks: int = 3
+    replays: int = 3
+    report_dir: Path | None = None
+    program_file: Path | None = None
+    ops: Sequence[OpSpec] | None = None
+
+    def command(self, target_name: str, device_kind: str) -> str:
+        examples = self.examples if self.examples is not None else settings.default.max_examples
+        return (
+            f"python -m verification fuzz --target {target_name} --device {device_kind} "
+            f"--seed {self.seed} --examples {examples} --max-ops {self.max_ops} "
+            f"--max-breaks {self.max_breaks} --replays {self.replays}"
+        )
+
+
+@dataclass
+class CampaignResult:
+    target: str
+    device: str
+    examples: int
+    elapsed_s: float
+    findings: list[Finding] = field(default_factory=list)
+    reproducers: list[str] = field(default_factory=list)
+    reproducer_paths: list[Path] = field(default_factory=list)
+
+    @property
+    def examples_per_second(self) -> float:
+        return self.examples / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def summary_line(self) -> str:
+        return (
+            f"fuzz: {self.examples} examples, {len(self.findings)} findings, device={self.device}, "
+            f"target={self.target}, {self.examples_per_second:.1f} examples/s"
+        )
+
+
+class _Found(Exception):
+    """Raised inside the hypothesis test so that hypothesis shrinks the finding."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.summary())
+        self.finding = finding
+
+
+@contextlib.contextmanager
+def device_context(kind: str) -> Iterator[str]:
+    """Yields the torch device string to allocate on, holding the simulator open for ``sim``."""
+    if kind == "cuda":
+        yield "cuda"
+        return
+    from verification.sim import simulated_cuda
+
+    with simulated_cuda():
+        yield "cpu"
+
+
+def _hypothesis_settings(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        report_multiple_bugs=False,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+        # The explain phase only annotates the report we do not print, and its internal
+        # checks trip over programs whose length depends on earlier choices.
+        phases=[p for p in Phase if p is not Phase.explain],
+    )
+
+
+def _search(
+    config: CampaignConfig, target: Target, device: str, counter: list[int]
+) -> Finding | None:
+    strategy = programs(
+        max_ops=config.max_ops,
+        max_breaks=config.max_breaks,
+        ops=config.ops,
+        allow_tensor_returns=target.supports_tensor_returns,
+    )
+    examples = config.examples if config.examples is not None else settings.default.max_examples
+
+    @hypothesis_seed(config.seed)
+    @_hypothesis_settings(examples)
+    @given(strategy, st.integers(0, 2**16))
+    def example(program: Program, input_seed: int) -> None:
+        counter[0] += 1
+        if config.program_file is not None:
+            config.program_file.write_bytes(pickle.dumps((program, input_seed)))
+        finding = check_program(program, target, device, input_seed, config.replays, config.ops)
+        if finding is not None:
+            raise _Found(finding)
+
+    try:
+        example()
+    except _Found as found:
+        return found.finding
+    except FlakyFailure as flaky:
+        # A failure that did not repeat when rerun (a racy target) is still a finding.
+        found = [e for e in flaky.exceptions if isinstance(e, _Found)]
+        if not found:
+            raise
+        return found[0].finding
+    return None
+
+
+def report_findings(result: CampaignResult, config: CampaignConfig, target: Target) -> None:
+    """Renders (and, with a report directory, writes) a reproducer for each finding."""
+    command = config.command(result.target, result.device)
+    for number, finding in enumerate(result.findings):
+        text = render_reproducer(
+            finding, target, result.device, command, config.replays, config.ops
+        )
+        result.reproducers.append(text)
+        if config.report_dir is not None:
+            name = f"finding_{number}_{finding.kind}"
+            result.reproducer_paths.append(write_reproducer(config.report_dir, name, text))
+
+
+def run_campaign(config: CampaignConfig) -> CampaignResult:
+    """Fuzzes ``config.target`` in this process until a finding or the example budget."""
+    kind = resolve_device(config.device)
+    target = load_target(config.target)
+    counter = [0]
+    start = time.perf_counter()
+    # Capture paths that call gc.collect (torch.cuda.graph does, per segment) would walk
+    # the whole heap of torch and hypothesis each time; frozen objects are skipped.
+    gc.freeze()
+    try:
+        with device_context(kind) as device:
+            finding = _search(config, target, device, counter)
+    finally:
+        gc.unfreeze()
+    result = CampaignResult(target.name, kind, counter[0], time.perf_counter() - start)
+    if finding is not None:
+        result.findings.append(finding)
+        report_findings(result, config, target)
+    return result
+
+
+def run_isolated(
+    child_argv: Sequence[str], config: CampaignConfig
+) -> tuple[int, CampaignResult | None]:
+    """Runs ``python -m verification <child_argv>`` and reports a crash if it dies by a signal.
+
+    Returns the child's exit status, and a result holding the crash finding when it died.
+    """
+    with tempfile.TemporaryDirectory() as scratch:
+        program_file = Path(scratch) / "current_program.pickle"
+        argv = [*child_argv, "--no-isolate", "--program-file", str(program_file)]
+        start = time.perf_counter()
+        status = subprocess.run([sys.executable, "-m", "verification", *argv]).returncode
+        if status >= 0:
+            return status, None
+        if not program_file.exists():
+            return 1, None
+        program, input_seed = pickle.loads(program_file.read_bytes())
+    target = load_target(config.target)
+    kind = resolve_device(config.device)
+    name = (
+        signal.Signals(-status).name
+        if -status in signal.Signals._value2member_map_
+        else str(-status)
+    )
+    finding = Finding("crash", f"the process died by signal {name}", program, input_seed)
+    result = CampaignResult(target.name, kind, 0, time.perf_counter() - start, [finding])
+    report_findings(result, config, target)
+    return 1, result

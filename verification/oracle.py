@@ -1,0 +1,182 @@
+"""Decides whether a target ran a program correctly, and says how it did not.
+
+:func:`check_program` captures the program with the target, replays it several times on
+fresh inputs and compares every replay with an eager run on the same inputs: outputs
+(bitwise with NaN == NaN, or within the program's declared tolerance) and the break log
+(one call per break step, in order, on the capture-time buffers). The first violation is
+returned as a :class:`Finding`; an exception from the eager reference is a harness bug
+and raises :class:`InvalidProgram`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from verification.execute import BreakEntry, CapturedProgram, run_eager
+from verification.ops.spec import OpSpec
+from verification.programs import Program, make_inputs, op_table
+from verification.targets import Target
+
+FindingKind = Literal["mismatch", "break-count", "break-order", "break-args", "exception", "crash"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One property violation. ``index`` is the output or step index it concerns, if any."""
+
+    kind: FindingKind
+    message: str
+    program: Program
+    seed: int
+    replay_index: int | None = None
+    index: int | None = None
+
+    def summary(self) -> str:
+        where = "" if self.replay_index is None else f" (replay {self.replay_index})"
+        return f"{self.kind}{where}: {self.message}"
+
+
+class InvalidProgram(Exception):
+    """The eager reference itself failed: the generator made a program it must not make."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float = 0.0
+    atol: float = 0.0
+
+    @property
+    def exact(self) -> bool:
+        return self.rtol == 0.0 and self.atol == 0.0
+
+
+def program_tolerance(program: Program, table: Mapping[str, OpSpec]) -> Tolerance:
+    """The loosest tolerance among the program's non-deterministic ops, applied to all outputs."""
+    loose = [table[s.op] for s in program.steps if not table[s.op].deterministic]
+    if not loose:
+        return Tolerance()
+    return Tolerance(max(s.rtol for s in loose), max(s.atol for s in loose))
+
+
+def _as_real(x: torch.Tensor) -> torch.Tensor:
+    return torch.view_as_real(x) if x.is_complex() else x
+
+
+def compare(
+    actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance = Tolerance()
+) -> str | None:
+    """``None`` when equal (same dtype, shape, NaNs, and values within ``tol``), else why not."""
+    if actual.dtype != expected.dtype:
+        return f"dtype {actual.dtype} != expected {expected.dtype}"
+    if actual.shape != expected.shape:
+        return f"shape {tuple(actual.shape)} != expected {tuple(expected.shape)}"
+    a = _as_real(actual.detach()).cpu()
+    e = _as_real(expected.detach()).cpu()
+    if not (a.dtype.is_floating_point):
+        equal = a == e
+    elif tol.exact:
+        equal = (a == e) | (a.isnan() & e.isnan())
+    else:
+        equal = torch.isclose(a, e, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+    if bool(equal.all()):
+        return None
+    bad = (~equal).nonzero()[0].tolist()
+    position = tuple(bad)
+    return (
+        f"{int((~equal).sum())} of {equal.numel()} elements differ; first at {position}: "
+        f"got {a[position].tolist()}, expected {e[position].tolist()}"
+    )
+
+
+def check_breaks(
+    log: Sequence[BreakEntry], capture_log: Sequence[BreakEntry], break_steps: Sequence[int]
+) -> tuple[str, str, int | None] | None:
+    """``(kind, message, step)`` when a replay's break calls differ from the program's breaks."""
+    steps = [step for step, _ in log]
+    if sorted(steps) != sorted(break_steps):
+        counts = {s: steps.count(s) for s in break_steps}
+        wrong = [s for s in (*break_steps, *steps) if counts.get(s, 0) != 1]
+        return (
+            "break-count",
+            f"break steps called {steps}, expected each of {list(break_steps)} once",
+            (wrong or [None])[0],
+        )
+    if steps != list(break_steps):
+        return (
+            "break-order",
+            f"break steps called in order {steps}, expected {list(break_steps)}",
+            None,
+        )
+    for (step, ptrs), (_, captured) in zip(log, capture_log):
+        if ptrs != captured:
+            return (
+                "break-args",
+                f"break step {step} got buffers {ptrs}, captured with {captured}",
+                step,
+            )
+    return None
+
+
+def _describe(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
+def check_program(
+    program: Program,
+    target: Target,
+    device: str,
+    seed: int = 0,
+    replays: int = 3,
+    ops: Sequence[OpSpec] | None = None,
+) -> Finding | None:
+    """Captures ``program`` with ``target`` and checks ``replays`` replays against eager."""
+    table = op_table(ops)
+    kind = "cuda" if device.startswith("cuda") else "sim"
+    tol = program_tolerance(program, table)
+    break_steps = [i for i, s in enumerate(program.steps) if s.brk]
+    inputs = make_inputs(program, seed, device)
+    try:
+        run_eager(program, table, inputs, seed, kind)
+    except Exception as error:
+        raise InvalidProgram(
+            f"eager reference failed: {type(error).__name__}: {error}\nprogram: {program}"
+        ) from error
+
+    def finding(
+        kind_: FindingKind, message: str, replay: int | None = None, index: int | None = None
+    ) -> Finding:
+        return Finding(kind_, message, program, seed, replay, index)
+
+    try:
+        captured = CapturedProgram(program, table, target, inputs, seed, kind)
+    except Exception as error:
+        return finding("exception", f"capture raised {_describe(error)}")
+    capture_steps = [step for step, _ in captured.capture_log]
+    if capture_steps != break_steps:
+        return finding(
+            "break-count", f"capture called break steps {capture_steps}, expected {break_steps}"
+        )
+    for replay in range(replays):
+        replay_seed = seed + 1 + replay
+        fresh = make_inputs(program, replay_seed, device)
+        expected = run_eager(program, table, fresh, replay_seed, kind)
+        try:
+            log = captured.replay(fresh, replay_seed)
+        except Exception as error:
+            return finding("exception", f"replay raised {_describe(error)}", replay)
+        broken = check_breaks(log, captured.capture_log, break_steps)
+        if broken is not None:
+            return finding(broken[0], broken[1], replay, broken[2])  # type: ignore[arg-type]
+        for index, (actual, want) in enumerate(zip(captured.outputs, expected)):
+            problem = compare(actual, want, tol)
+            if problem is not None:
+                value = program.outputs[index]
+                return finding(
+                    "mismatch", f"output {index} (value {value}): {problem}", replay, index
+                )
+    return None

@@ -1,0 +1,265 @@
+"""Programs the fuzzer runs, as plain data, and the hypothesis strategy that draws them.
+
+A :class:`Program` is static inputs, a list of :class:`Step` (an op name, the value numbers
+it reads, its params, whether it runs inside an eager break, and the values that die after
+it) and the value numbers it returns. :func:`programs` builds only programs whose every
+step fits its arguments (checked with the catalog's ``infer``), from simple choices so
+that hypothesis shrinks a failure to a handful of steps. :func:`make_inputs` gives the
+deterministic input values for a seed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from hypothesis import reject
+from hypothesis import strategies as st
+
+from verification.ops.spec import OpSpec, TensorMeta
+
+
+@dataclass(frozen=True)
+class Step:
+    """One op call: ``op`` reads values ``args``; ``brk`` runs it inside an eager break."""
+
+    op: str
+    args: tuple[int, ...]
+    params: tuple[tuple[str, Any], ...]
+    brk: bool
+    drop: tuple[int, ...] = ()
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.params)
+
+
+@dataclass(frozen=True)
+class Program:
+    """Inputs are values ``0..len(inputs)-1``; each step with an output defines the next."""
+
+    inputs: tuple[TensorMeta, ...]
+    steps: tuple[Step, ...]
+    outputs: tuple[int, ...]
+
+    @property
+    def num_breaks(self) -> int:
+        return sum(step.brk for step in self.steps)
+
+
+def default_ops() -> tuple[OpSpec, ...]:
+    """The shipped catalog; imported late so that tests can run on a catalog of their own."""
+    from verification.ops import ALL_OPS
+
+    return tuple(ALL_OPS.values())
+
+
+def default_input_dtypes() -> tuple[torch.dtype, ...]:
+    from verification.ops import INPUT_DTYPES
+
+    return tuple(INPUT_DTYPES)
+
+
+def op_table(ops: Sequence[OpSpec] | None = None) -> dict[str, OpSpec]:
+    return {spec.name: spec for spec in (default_ops() if ops is None else ops)}
+
+
+def produces_value(spec: OpSpec) -> bool:
+    return spec.outputs > 0
+
+
+# Input values are built from these expressions (``g`` is a seeded CPU generator) both here
+# and in reproducer scripts, so that a reproducer sees exactly the fuzzer's values. Integers
+# stay small and non-zero-heavy so that arithmetic ops neither overflow nor degenerate.
+_INPUT_EXPRS: tuple[tuple[str, str], ...] = (
+    ("bool", "torch.randint(0, 2, {shape}, generator=g).to(torch.bool)"),
+    ("complex", "torch.randn({shape}, generator=g, dtype=torch.complex64).to({dtype})"),
+    ("float", "torch.randn({shape}, generator=g).to({dtype})"),
+    ("unsigned", "torch.randint(0, 8, {shape}, generator=g).to({dtype})"),
+    ("signed", "torch.randint(-8, 8, {shape}, generator=g).to({dtype})"),
+)
+
+
+def _dtype_family(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_complex:
+        return "complex"
+    if dtype.is_floating_point:
+        return "float"
+    return "signed" if dtype.is_signed else "unsigned"
+
+
+def input_expr(meta: TensorMeta) -> str:
+    """Python text that builds a CPU value for ``meta`` from generator ``g``."""
+    template = dict(_INPUT_EXPRS)[_dtype_family(meta.dtype)]
+    return template.format(shape=tuple(meta.shape), dtype=str(meta.dtype))
+
+
+def make_inputs(program: Program, seed: int, device: str) -> list[torch.Tensor]:
+    """Deterministic random values for the program's inputs under ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    namespace = {"torch": torch, "g": g}
+    return [eval(input_expr(meta), namespace).to(device) for meta in program.inputs]
+
+
+def break_step_allowed(spec: OpSpec, allow_tensor_returns: bool) -> bool:
+    """Whether a step of ``spec`` may run inside a break for a target with this capability.
+
+    Wrapping a capturable op as a break returns its output from the break, so only ops whose
+    output is a fresh tensor (no view or in-place result) qualify.
+    """
+    if spec.kind == "break":
+        return allow_tensor_returns or not produces_value(spec)
+    if not produces_value(spec):
+        return True
+    return allow_tensor_returns and spec.aliasing == "none"
+
+
+def _fits(spec: OpSpec, metas: Sequence[TensorMeta]) -> bool:
+    # Applicability is judged before params are drawn; an infer that needs its params
+    # cannot judge yet, so the step is checked again once params exist.
+    try:
+        return spec.infer(metas, {}) is not None
+    except (KeyError, TypeError, IndexError):
+        return True
+
+
+# More than this many argument tuples per op would make drawing a step slow.
+_MAX_TUPLES = 512
+
+
+def _arg_tuples(
+    spec: OpSpec, live: Sequence[int], env: Mapping[int, TensorMeta], overlapping: set[int]
+):
+    combos = itertools.islice(itertools.product(live, repeat=spec.arity), _MAX_TUPLES)
+    return [
+        args
+        for args in combos
+        if not any(args[i] in overlapping for i in spec.mutates)
+        and _fits(spec, [env[a] for a in args])
+    ]
+
+
+def _numel(meta: TensorMeta) -> int:
+    return int(torch.Size(meta.shape).numel())
+
+
+def _overlaps(spec: OpSpec, args: Sequence[int], out: TensorMeta, env, overlapping) -> bool:
+    """Whether the new value may have elements sharing memory (torch refuses to write those).
+
+    A view with more elements than its input (an expand) overlaps, and aliasing results
+    inherit overlap from their inputs.
+    """
+    if spec.aliasing == "none" or not args:
+        return False
+    grows = spec.aliasing == "view" and _numel(out) > _numel(env[args[0]])
+    return grows or any(a in overlapping for a in args)
+
+
+_shapes = st.lists(st.integers(1, 8), min_size=0, max_size=3).map(tuple)
+
+
+@st.composite
+def _inputs(draw: st.DrawFn, dtypes: Sequence[torch.dtype]) -> tuple[TensorMeta, ...]:
+    count = draw(st.integers(1, 4))
+    metas: list[TensorMeta] = []
+    for _ in range(count):
+        # Reusing an earlier shape makes elementwise ops between inputs applicable.
+        shape = draw(
+            st.sampled_from([m.shape for m in metas]) if metas and draw(st.booleans()) else _shapes
+        )
+        metas.append(TensorMeta(shape, draw(st.sampled_from(tuple(dtypes)))))
+    return tuple(metas)
+
+
+def _with_drops(steps: list[Step], outputs: tuple[int, ...], num_values: int) -> tuple[Step, ...]:
+    """Marks each value dead right after its last use (never outputs)."""
+    last_use: dict[int, int] = {}
+    for index, step in enumerate(steps):
+        for value in step.args:
+            last_use[value] = index
+    dying: dict[int, list[int]] = {}
+    for value, index in last_use.items():
+        if value not in outputs:
+            dying.setdefault(index, []).append(value)
+    return tuple(
+        Step(s.op, s.args, s.params, s.brk, tuple(sorted(dying.get(i, ()))))
+        for i, s in enumerate(steps)
+    )
+
+
+@st.composite
+def programs(
+    draw: st.DrawFn,
+    max_ops: int = 8,
+    max_breaks: int = 3,
+    ops: Sequence[OpSpec] | None = None,
+    allow_tensor_returns: bool = True,
+    input_dtypes: Sequence[torch.dtype] | None = None,
+) -> Program:
+    """Random valid programs of 1..``max_ops`` steps with at most ``max_breaks`` breaks."""
+    catalog = tuple(default_ops() if ops is None else ops)
+    usable = [
+        s for s in catalog if s.kind != "break" or break_step_allowed(s, allow_tensor_returns)
+    ]
+    inputs = draw(_inputs(default_input_dtypes() if input_dtypes is None else input_dtypes))
+    env: dict[int, TensorMeta] = dict(enumerate(inputs))
+    steps: list[Step] = []
+    overlapping: set[int] = set()
+    breaks = 0
+    for _ in range(draw(st.integers(1, max_ops))):
+        live = sorted(env)
+        # Break ops are few in the catalog; asking for one a quarter of the time keeps
+        # every kind of break common. Otherwise the drawn op, or the next one that fits.
+        want_break = breaks < max_breaks and draw(st.integers(0, 3)) == 3
+        pool = [s for s in usable if (s.kind == "break") == want_break] or usable
+        start = draw(st.integers(0, len(pool) - 1))
+        for offset in range(len(pool)):
+            spec = pool[(start + offset) % len(pool)]
+            if spec.kind == "break" and breaks >= max_breaks:
+                continue
+            tuples = _arg_tuples(spec, live, env, overlapping)
+            if tuples:
+                break
+        else:
+            break
+        args = draw(st.sampled_from(tuples))
+        metas = [env[a] for a in args]
+        params = draw(spec.params(metas))
+        out = spec.infer(metas, params)
+        if out is None:
+            reject()
+        brk = spec.kind == "break"
+        if not brk and breaks < max_breaks and break_step_allowed(spec, allow_tensor_returns):
+            brk = draw(st.integers(0, 3)) == 0
+        breaks += brk
+        steps.append(Step(spec.name, tuple(args), tuple(sorted(params.items())), brk))
+        if produces_value(spec):
+            if _overlaps(spec, args, out, env, overlapping):
+                overlapping.add(len(env))
+            env[len(env)] = out
+    if not steps:
+        reject()
+    # Returning an input unchanged checks nothing; prefer values the steps computed.
+    candidates = [v for v in sorted(env) if v >= len(inputs)] or sorted(env)
+    chosen = draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=3, unique=True))
+    # The last value is usually the interesting one; a shrunk program keeps it.
+    outputs = tuple(sorted({candidates[-1], *chosen} if draw(st.booleans()) else set(chosen)))
+    return Program(inputs, _with_drops(steps, outputs, len(env)), outputs)
+
+
+def value_metas(program: Program, ops: Sequence[OpSpec] | None = None) -> list[TensorMeta]:
+    """The meta of every value the program defines, inputs first."""
+    table = op_table(ops)
+    metas = list(program.inputs)
+    for step in program.steps:
+        spec = table[step.op]
+        out = spec.infer([metas[a] for a in step.args], step.kwargs)
+        if produces_value(spec):
+            assert isinstance(out, TensorMeta)
+            metas.append(out)
+    return metas

@@ -1,0 +1,85 @@
+"""Loads the implementation under test: an importable module name or a ready-made object.
+
+A target exposes ``BreakableCUDAGraphCapture`` (a capture context manager taking ``pool=``,
+with ``add_eager``, ``replay`` and ``current``) and ``eager_break_during_capture`` (the
+break decorator). :func:`load_target` checks those names and raises
+:class:`~verification.devices.UsageError` naming whatever is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from verification.devices import UsageError
+
+DEFAULT_TARGET = "breakable_cudagraph"
+REQUIRED_CAPTURE_METHODS = ("add_eager", "replay", "current")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checked target. ``import_code`` is the Python a reproducer uses to bind ``target``."""
+
+    name: str
+    module: Any
+    import_code: str
+    supports_tensor_returns: bool
+    version: str | None
+
+    @property
+    def BreakableCUDAGraphCapture(self) -> Any:
+        return self.module.BreakableCUDAGraphCapture
+
+    @property
+    def eager_break_during_capture(self) -> Any:
+        return self.module.eager_break_during_capture
+
+
+def _import(name: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and name.startswith(error.name):
+            raise UsageError(
+                f"target module {name!r} cannot be imported; install it or fix --target"
+            ) from error
+        raise
+
+
+def _missing(module: Any) -> list[str]:
+    missing = [
+        n
+        for n in ("BreakableCUDAGraphCapture", "eager_break_during_capture")
+        if not hasattr(module, n)
+    ]
+    capture = getattr(module, "BreakableCUDAGraphCapture", None)
+    if capture is not None:
+        missing += [
+            f"BreakableCUDAGraphCapture.{m}"
+            for m in REQUIRED_CAPTURE_METHODS
+            if not hasattr(capture, m)
+        ]
+    return missing
+
+
+def load_target(target: str | Any = DEFAULT_TARGET) -> Target:
+    """Imports (or accepts) a target and checks that it has what the harness calls."""
+    if isinstance(target, Target):
+        return target
+    module = _import(target) if isinstance(target, str) else target
+    name = target if isinstance(target, str) else getattr(module, "__name__", type(module).__name__)
+    missing = _missing(module)
+    if missing:
+        raise UsageError(
+            f"target {name!r} lacks {', '.join(missing)}; it is not a breakable capture library"
+        )
+    default_import = f"import {name} as target" if isinstance(target, str) else ""
+    return Target(
+        name=name,
+        module=module,
+        import_code=getattr(module, "REPRODUCER_IMPORT", default_import),
+        supports_tensor_returns=bool(getattr(module, "SUPPORTS_TENSOR_RETURNS", True)),
+        version=getattr(module, "__version__", None),
+    )
