@@ -9,15 +9,12 @@ when the simulator stood in for a GPU.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
-import torch
-
+from verification.certify import certificate, write_certificate
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
 from verification.fuzz import CampaignConfig, CampaignResult, run_campaign, run_isolated
 from verification.targets import DEFAULT_TARGET, load_target
@@ -112,33 +109,6 @@ def _fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return EXIT_FOUND if result.findings else EXIT_OK
 
 
-def certificate(result: CampaignResult, config: CampaignConfig) -> dict[str, Any]:
-    target = load_target(config.target)
-    return {
-        "target": target.name,
-        "target_version": target.version,
-        "device": result.device,
-        "simulated": result.device == "sim",
-        "torch_version": torch.__version__,
-        "gpu": torch.cuda.get_device_name() if result.device == "cuda" else None,
-        "examples": result.examples,
-        "findings": [f.summary() for f in result.findings],
-        "seed": config.seed,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "passed": not result.findings,
-    }
-
-
-def _markdown(cert: dict[str, Any]) -> str:
-    verdict = "PASS" if cert["passed"] else "FAIL"
-    lines = [f"# Certificate for `{cert['target']}`: {verdict}", ""]
-    if cert["simulated"]:
-        lines += ["**Run on the CUDA simulator, not a real GPU.**", ""]
-    lines += [f"- {key}: {value}" for key, value in cert.items() if key != "findings"]
-    lines += ["", "## Findings", ""] + ([f"- {f}" for f in cert["findings"]] or ["none"])
-    return "\n".join(lines) + "\n"
-
-
 def _certify(args: argparse.Namespace) -> int:
     resolve_device(args.device)
     load_target(args.target)
@@ -146,9 +116,7 @@ def _certify(args: argparse.Namespace) -> int:
     result = run_campaign(config)
     _print_result(result)
     cert = certificate(result, config)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "certificate.json").write_text(json.dumps(cert, indent=2) + "\n")
-    (args.out / "certificate.md").write_text(_markdown(cert))
+    write_certificate(cert, args.out)
     if cert["simulated"]:
         print("WARNING: certified on the CUDA SIMULATOR, not a real GPU; rerun with --device cuda")
     verdict = "PASS" if cert["passed"] else "FAIL"

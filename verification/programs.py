@@ -132,14 +132,32 @@ def _fits(spec: OpSpec, metas: Sequence[TensorMeta]) -> bool:
 _MAX_TUPLES = 512
 
 
+def _writes_into_another_argument(
+    spec: OpSpec, args: Sequence[int], memory: Mapping[int, int]
+) -> bool:
+    """Whether a written argument shares memory with another argument of the same call.
+
+    torch refuses in-place writes whose destination partially overlaps an input
+    (``a.add_(a.mT)``); values with the same memory root are treated as overlapping.
+    """
+    return any(
+        memory[args[w]] == memory[a] for w in spec.mutates for i, a in enumerate(args) if i != w
+    )
+
+
 def _arg_tuples(
-    spec: OpSpec, live: Sequence[int], env: Mapping[int, TensorMeta], overlapping: set[int]
+    spec: OpSpec,
+    live: Sequence[int],
+    env: Mapping[int, TensorMeta],
+    overlapping: set[int],
+    memory: Mapping[int, int],
 ):
     combos = itertools.islice(itertools.product(live, repeat=spec.arity), _MAX_TUPLES)
     return [
         args
         for args in combos
         if not any(args[i] in overlapping for i in spec.mutates)
+        and not _writes_into_another_argument(spec, args, memory)
         and _fits(spec, [env[a] for a in args])
     ]
 
@@ -210,6 +228,8 @@ def programs(
     env: dict[int, TensorMeta] = dict(enumerate(inputs))
     steps: list[Step] = []
     overlapping: set[int] = set()
+    # The value whose memory each value lives in (itself unless it is a view or in-place result).
+    memory: dict[int, int] = {v: v for v in env}
     breaks = 0
     for _ in range(draw(st.integers(1, max_ops))):
         live = sorted(env)
@@ -222,7 +242,7 @@ def programs(
             spec = pool[(start + offset) % len(pool)]
             if spec.kind == "break" and breaks >= max_breaks:
                 continue
-            tuples = _arg_tuples(spec, live, env, overlapping)
+            tuples = _arg_tuples(spec, live, env, overlapping, memory)
             if tuples:
                 break
         else:
@@ -241,6 +261,10 @@ def programs(
         if produces_value(spec):
             if _overlaps(spec, args, out, env, overlapping):
                 overlapping.add(len(env))
+            root = len(env)
+            if spec.aliasing != "none" and args:
+                root = memory[args[spec.mutates[0] if spec.mutates else 0]]
+            memory[len(env)] = root
             env[len(env)] = out
     if not steps:
         reject()
