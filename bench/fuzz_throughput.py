@@ -30,6 +30,13 @@ from verification.targets import load_target
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 REPLAYS = 3
+ROUNDS = 3
+
+
+def _timed(loop) -> float:
+    start = time.perf_counter()
+    loop()
+    return time.perf_counter() - start
 
 
 def draw_programs(count: int, allow_tensor_returns: bool) -> list[Program]:
@@ -57,18 +64,26 @@ def main() -> None:
     drawn = draw_programs(args.programs, target.supports_tensor_returns)
     table = op_table()
     with device_context(kind) as device:
-        start = time.perf_counter()
-        for seed, program in enumerate(drawn):
-            check_program(program, target, device, seed, REPLAYS)
-        full = time.perf_counter() - start
-        start = time.perf_counter()
-        for seed, program in enumerate(drawn):
-            inputs = make_inputs(program, seed, device)
-            run_eager(program, table, inputs, seed, kind)
-            captured = CapturedProgram(program, table, target, inputs, seed, kind)
-            for replay in range(REPLAYS):
-                captured.replay(inputs, seed + replay)
-        bare = time.perf_counter() - start
+
+        def full_loop() -> None:
+            for seed, program in enumerate(drawn):
+                check_program(program, target, device, seed, REPLAYS)
+
+        def bare_loop() -> None:
+            for seed, program in enumerate(drawn):
+                inputs = make_inputs(program, seed, device)
+                run_eager(program, table, inputs, seed, kind)
+                captured = CapturedProgram(program, table, target, inputs, seed, kind)
+                for replay in range(REPLAYS):
+                    captured.replay(inputs, seed + replay)
+
+        # The first pass over the programs pays one-time costs (kernel and meta caches,
+        # cuBLAS handles) that would otherwise land on whichever loop runs first; then the
+        # loops alternate and each keeps its best round, so drift hits both alike.
+        full_loop()
+        bare_loop()
+        full = min(_timed(full_loop) for _ in range(ROUNDS))
+        bare = min(_timed(bare_loop) for _ in range(ROUNDS))
     result = {
         "device": kind,
         "target": target.name,
@@ -77,6 +92,8 @@ def main() -> None:
         "fuzz_examples_per_s": len(drawn) / full,
         "bare_examples_per_s": len(drawn) / bare,
         "bare_over_fuzz": full / bare if bare else None,
+        "fuzz_over_bare_rate": bare / full,
+        "target_fuzz_over_bare_rate": 0.5,
     }
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"fuzz_throughput_{kind}.json"
