@@ -5,7 +5,7 @@
 set -uo pipefail
 final="${OUT:-gpu-out}"
 out=/tmp/gpu-session
-rm -rf "$out"; mkdir -p "$out" "$final"
+rm -rf "$out"; mkdir -p "$out" "$final"; : >"$out/steps.txt"
 export PYTHONUNBUFFERED=1
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -15,10 +15,11 @@ else
 fi
 step() {  # step NAME TIMEOUT CMD...: runs CMD, logs to $out/NAME.log, records rc and time
   local name=$1 limit=$2; shift 2
-  local t0; t0=$(date +%s.%N)
+  local t0; t0=$(date +%s%N)
   timeout "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
-  printf '%s rc=%s seconds=%.1f cmd=%s\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)" "$*" | tee -a "$out/steps.txt"
+  local ms=$((($(date +%s%N) - t0) / 1000000))
+  printf '%s rc=%s seconds=%d.%03d cmd=%s\n' "$name" "$rc" $((ms / 1000)) $((ms % 1000)) "$*" | tee -a "$out/steps.txt"
 }
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -28,12 +29,14 @@ step() {  # step NAME TIMEOUT CMD...: runs CMD, logs to $out/NAME.log, records r
 cat "$out/versions.txt"
 for phase in ${GPU_PHASES:-tests fuzz peer bench}; do
   case $phase in
-    tests) step pytest 420 python3 -m pytest -n 8 --bcg-device=cuda -q -p no:cacheprovider ;;
-    fuzz) step fuzz2000 420 python3 -m verification fuzz --device cuda --examples 2000 --seed 1 --report "$out/fuzz-report" ;;
-    peer) step peer 240 python3 -m verification fuzz --device cuda --target verification.targets.breakable_cuda_graphs --examples 300 --seed 1 --report "$out/peer-report" ;;
+    tests) step pytest 240 python3 -m pytest -n 8 --bcg-device=cuda -q -p no:cacheprovider -rs ;;
+    fuzz)
+      step fuzz2000 150 python3 -m verification fuzz --device cuda --examples 2000 --seed 1 --report "$out/fuzz-report"
+      step fuzz2000_big 150 python3 -m verification fuzz --device cuda --examples 2000 --seed 2 --max-ops 16 --max-breaks 6 --report "$out/fuzz-big-report" ;;
+    peer) step peer 120 python3 -m verification fuzz --device cuda --target verification.targets.breakable_cuda_graphs --examples 300 --seed 1 --report "$out/peer-report" ;;
     bench)
-      step capture_time 240 python3 bench/capture_time.py --device cuda
-      step fuzz_throughput 240 python3 bench/fuzz_throughput.py --device cuda
+      step capture_time 60 python3 bench/capture_time.py --device cuda
+      step fuzz_throughput 90 python3 bench/fuzz_throughput.py --device cuda --programs 100
       cp results/*cuda*.json "$out/" 2>/dev/null ;;
   esac
 done
