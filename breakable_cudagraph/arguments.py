@@ -26,12 +26,16 @@ class PoolMemory:
     """Answers whether an address lies in the segments the allocator gave to one memory pool.
 
     Ranges come from ``torch.cuda.memory_snapshot()``; they are cached and refreshed once on a
-    miss, which is enough because a pool only grows while its capture runs.
+    miss, which is enough because a pool only grows while its capture runs. Addresses found
+    outside the pool are remembered too: their tensors are then held strongly for the
+    capture's life, so that memory cannot be freed and handed to the pool meanwhile, and a
+    break on weights or caches does not pay a snapshot every time.
     """
 
     def __init__(self, pool: Any) -> None:
         self._pool = tuple(pool)
         self._ranges: list[tuple[int, int]] = []
+        self._outside: set[int] = set()
 
     def _refresh(self) -> None:
         self._ranges = [
@@ -45,11 +49,12 @@ class PoolMemory:
 
     def addresses_in_pool(self, addresses: Iterable[int]) -> set[int]:
         """The subset of ``addresses`` that lie in the pool (one snapshot at most per call)."""
-        wanted = set(addresses)
+        wanted = set(addresses) - self._outside
         found = {address for address in wanted if self._cached(address)}
         if found != wanted:
             self._refresh()
             found = {address for address in wanted if self._cached(address)}
+            self._outside |= wanted - found
         return found
 
 
