@@ -9,6 +9,7 @@ break decorator). :func:`load_target` checks those names and raises
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,5 +82,19 @@ def load_target(target: str | Any = DEFAULT_TARGET) -> Target:
         module=module,
         import_code=getattr(module, "REPRODUCER_IMPORT", default_import),
         supports_tensor_returns=bool(getattr(module, "SUPPORTS_TENSOR_RETURNS", True)),
-        version=getattr(module, "__version__", None),
+        version=_version(module),
     )
+
+
+def _version(module: Any) -> str | None:
+    """``__version__``, else the installed distribution's version of the top-level package."""
+    version = getattr(module, "__version__", None)
+    if version is not None:
+        return str(version)
+    top = str(getattr(module, "__name__", "")).partition(".")[0]
+    for dist in importlib.metadata.packages_distributions().get(top, []):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
