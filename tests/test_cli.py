@@ -66,6 +66,8 @@ def test_fuzz_exits_1_and_prints_a_reproducer_when_a_bug_is_found(bcg_kind, tmp_
         ("fuzz", "--target", "no_such_target_module"),
         ("fuzz", "--replays", "1"),
         ("certify", "--examples", "many"),
+        ("fuzz", "--device", "sim", "--report", "/proc/no/such/dir"),
+        ("certify", "--device", "sim", "--out", "/proc/no/such/dir"),
         ("bogus",),
     ],
 )

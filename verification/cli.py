@@ -94,9 +94,20 @@ def _print_result(result: CampaignResult) -> None:
     print(result.summary_line())
 
 
+def _writable_dir(path: Path | None, option: str) -> None:
+    """Creates ``path`` now, so a bad directory fails before the campaign, not after it."""
+    if path is None:
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"{option} {path}: cannot create directory ({error.strerror})") from None
+
+
 def _fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
     kind = resolve_device(args.device)
     load_target(args.target)
+    _writable_dir(args.report, "--report")
     config = _config(args, args.report)
     isolate = args.isolate if args.isolate is not None else kind == "cuda"
     if isolate:
@@ -112,6 +123,7 @@ def _fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
 def _certify(args: argparse.Namespace) -> int:
     resolve_device(args.device)
     load_target(args.target)
+    _writable_dir(args.out, "--out")
     config = _config(args, args.out / "reproducers")
     result = run_campaign(config)
     _print_result(result)
