@@ -27,8 +27,9 @@ step() {  # step NAME TIMEOUT CMD...: runs CMD, logs to $out/NAME.log, records r
   python3 -c 'import breakable_cuda_graphs as b; print("breakable_cuda_graphs", b.__version__)'
 } >"$out/versions.txt" 2>&1
 cat "$out/versions.txt"
-for phase in ${GPU_PHASES:-tests fuzz peer bench}; do
+for phase in ${GPU_PHASES:-tests certify fuzz peer bench}; do
   case $phase in
+    certify) step certify 120 python3 -m verification certify --device cuda --out "$out/certificate" ;;
     tests) step pytest 240 python3 -m pytest -n 8 --bcg-device=cuda -q -p no:cacheprovider -rs ;;
     fuzz)
       step fuzz2000 150 python3 -m verification fuzz --device cuda --examples 2000 --seed 1 --report "$out/fuzz-report"
