@@ -10,6 +10,8 @@ from .runner import BreakableGraphRunner
 from .segments import EagerStep, GraphSegment
 from .switch import DISABLE_ENV_VAR, graphs_disabled
 
+__version__ = "0.1.0"
+
 __all__ = [
     "DISABLE_ENV_VAR",
     "BreakableCUDAGraphCapture",
