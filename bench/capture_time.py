@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from verification.devices import UsageError, device_context, resolve_device
+
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
@@ -108,16 +110,11 @@ def main() -> int:
     parser.add_argument("--breaks", type=int, nargs="+", default=[64, 128, 255])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("error: --device cuda but torch sees no GPU; use --device sim", file=sys.stderr)
+    try:
+        kind = resolve_device(args.device)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
-    stack = contextlib.ExitStack()
-    device = "cuda"
-    if args.device == "sim":
-        from verification.sim import simulated_cuda
-
-        stack.enter_context(simulated_cuda())
-        device = "cpu"
     impls: dict[str, Callable[[torch.Tensor, int], None]] = {
         "minimal": _minimal,
         "breakable_cudagraph": _ours,
@@ -125,7 +122,7 @@ def main() -> int:
     if _have_peer():
         impls["breakable_cuda_graphs"] = _peer
     rows = []
-    with stack:
+    with device_context(kind) as device:
         for breaks in args.breaks:
             row: dict[str, float | int] = {"breaks": breaks}
             for name, fn in impls.items():

@@ -21,9 +21,8 @@ from hypothesis import HealthCheck, given, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from verification.devices import resolve_device
+from verification.devices import device_context, resolve_device
 from verification.execute import CapturedProgram, run_eager
-from verification.fuzz import device_context
 from verification.oracle import check_program
 from verification.programs import Program, make_inputs, op_table, programs
 from verification.targets import load_target

@@ -6,11 +6,10 @@ every replay matches an eager run of the same function on the same inputs.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 import breakable_cudagraph as bcg
+from verification.devices import device_context, resolve_device
 
 
 @bcg.eager_break_during_capture
@@ -20,14 +19,7 @@ def scale_by_max(x: torch.Tensor, out: torch.Tensor) -> None:
 
 
 def main() -> int:
-    stack = contextlib.ExitStack()
-    device = "cuda"
-    if not torch.cuda.is_available():
-        from verification.sim import simulated_cuda
-
-        stack.enter_context(simulated_cuda())
-        device = "cpu"
-    with stack:
+    with device_context(resolve_device("auto")) as device:
         x = torch.randn(64, 64, device=device)  # static input: copy new values into it
         y = torch.empty_like(x)  # static buffer the break writes
 

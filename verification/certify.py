@@ -15,11 +15,10 @@ from typing import Any
 import torch
 
 from verification.fuzz import CampaignConfig, CampaignResult
-from verification.targets import load_target
+from verification.targets import Target
 
 
-def certificate(result: CampaignResult, config: CampaignConfig) -> dict[str, Any]:
-    target = load_target(config.target)
+def certificate(result: CampaignResult, config: CampaignConfig, target: Target) -> dict[str, Any]:
     return {
         "target": target.name,
         "target_version": target.version,

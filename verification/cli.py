@@ -122,12 +122,12 @@ def _fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def _certify(args: argparse.Namespace) -> int:
     resolve_device(args.device)
-    load_target(args.target)
+    target = load_target(args.target)
     _writable_dir(args.out, "--out")
     config = _config(args, args.out / "reproducers")
     result = run_campaign(config)
     _print_result(result)
-    cert = certificate(result, config)
+    cert = certificate(result, config, target)
     write_certificate(cert, args.out)
     if cert["simulated"]:
         print("WARNING: certified on the CUDA SIMULATOR, not a real GPU; rerun with --device cuda")

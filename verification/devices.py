@@ -2,9 +2,13 @@
 
 ``auto`` picks ``cuda`` when torch sees a GPU, else ``sim``. Asking for ``cuda`` on a
 machine without one is a usage error (:class:`UsageError`), never a silent fallback.
+:func:`device_context` then opens the resolved device: the GPU as is, or the simulator.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 
@@ -24,3 +28,16 @@ def resolve_device(choice: str) -> str:
     if choice == "cuda" and not has_gpu:
         raise UsageError("--device cuda was asked for but torch sees no GPU; use --device sim")
     return choice
+
+
+@contextlib.contextmanager
+def device_context(kind: str) -> Iterator[str]:
+    """Yields the torch device to allocate on for a resolved ``kind``; ``sim`` holds the
+    simulator open (CPU tensors) for the block."""
+    if kind == "cuda":
+        yield "cuda"
+        return
+    from verification.sim import simulated_cuda
+
+    with simulated_cuda():
+        yield "cpu"

@@ -9,7 +9,6 @@ program it was running, which the child writes to a file before every example.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import pickle
 import signal
@@ -17,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.errors import FlakyFailure
 
-from verification.devices import resolve_device
+from verification.devices import device_context, resolve_device
 from verification.ops.spec import OpSpec
 from verification.oracle import Finding, check_program
 from verification.programs import Program, programs
@@ -86,18 +85,6 @@ class _Found(Exception):
     def __init__(self, finding: Finding) -> None:
         super().__init__(finding.summary())
         self.finding = finding
-
-
-@contextlib.contextmanager
-def device_context(kind: str) -> Iterator[str]:
-    """Yields the torch device string to allocate on, holding the simulator open for ``sim``."""
-    if kind == "cuda":
-        yield "cuda"
-        return
-    from verification.sim import simulated_cuda
-
-    with simulated_cuda():
-        yield "cpu"
 
 
 def _hypothesis_settings(examples: int) -> settings:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from verification.devices import resolve_device
+from verification.devices import device_context, resolve_device
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 settings.register_profile("ci", max_examples=25, deadline=None, suppress_health_check=_SLOW_OK)
@@ -69,11 +69,7 @@ def bcg_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def bcg_device(bcg_kind: str) -> Iterator[str]:
     """The torch device to allocate on; the simulator is active for the test under ``sim``."""
-    if bcg_kind == "cuda":
-        yield "cuda"
-        torch.cuda.synchronize()
-        return
-    from verification.sim import simulated_cuda
-
-    with simulated_cuda():
-        yield "cpu"
+    with device_context(bcg_kind) as device:
+        yield device
+        if bcg_kind == "cuda":
+            torch.cuda.synchronize()
