@@ -12,6 +12,7 @@ from typing import Any
 from verification.sim import cuda_errors
 from verification.sim.allocator import Allocator
 from verification.sim.streams import Stream, current_stream
+from verification.sim.transfers import PinnedMemory
 
 
 class Session:
@@ -21,6 +22,7 @@ class Session:
         self.captures: set[Any] = set()
         self.lock = threading.RLock()
         self._graph_side_stream: Stream | None = None
+        self.pinned = PinnedMemory()
 
     @property
     def graph_side_stream(self) -> Stream:
@@ -54,3 +56,4 @@ class Session:
             capture.finish()
         self.captures.clear()
         self.allocator.quarantine.clear()
+        self.pinned.clear()
