@@ -76,6 +76,8 @@ class Allocator:
 
     def __init__(self, on_growth: Callable[[], None]) -> None:
         self._on_growth = on_growth
+        # Called with a freed block before it serves a new allocation (race detection).
+        self.on_reuse: Callable[[Block], None] | None = None
         self._lock = threading.RLock()
         self.pools: dict[PoolId, Pool] = {DEFAULT_POOL_ID: Pool(DEFAULT_POOL_ID)}
         self._addresses: list[int] = []
@@ -104,6 +106,8 @@ class Allocator:
             fitting = [b for b in pool.free if size <= b.size <= size * MAX_REUSE_SLACK]
             if fitting:
                 block = min(fitting, key=lambda b: b.size)
+                if self.on_reuse is not None:
+                    self.on_reuse(block)
                 pool.free.remove(block)
             else:
                 self._on_growth()

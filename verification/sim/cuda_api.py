@@ -18,6 +18,9 @@ from verification.sim.streams import check_host_sync
 
 def synchronize(device: Any = None) -> None:
     check_host_sync(None, device_wide=True)
+    races = state.require().races
+    if races is not None:
+        races.host_waits_for_device()
 
 
 def empty_cache() -> None:
@@ -115,7 +118,11 @@ def _cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **
 
 
 def _record_stream(self: torch.Tensor, stream: Any) -> None:
-    pass  # work runs in issue order, so nothing can be freed too early
+    # Work runs in issue order, so nothing is freed too early; the race detector is told
+    # which streams may still use the memory when it is freed.
+    races = state.require().races
+    if races is not None:
+        races.record_stream(self, stream)
 
 
 def tensor_replacements() -> dict[str, Any]:

@@ -308,6 +308,10 @@ def run_on_device(func: Any, args: tuple, kwargs: dict, session: Any, checked: b
         if info.illegal_in_capture:
             session.check_unsafe_call()  # the host waits for the device: a sync
         result = run_eager(func, info, host_args, host_kwargs, session)
+        if session.races is not None and not (info.metadata_only or info.writes_no_data):
+            session.races.op(func, host_args, host_kwargs, result, stream, "eager")
+            if info.illegal_in_capture:
+                session.races.host_waits_for_stream(stream)
     else:
         result = run_captured(func, info, host_args, host_kwargs, stream, session)
     return _device_results(

@@ -15,6 +15,7 @@ import torch
 
 from verification.sim import cuda_errors
 from verification.sim.bridge import Bridge, is_device
+from verification.sim.streams import current_stream
 
 
 class PinnedMemory:
@@ -61,8 +62,16 @@ def copy(
     if not (pinned and non_blocking):
         session.check_unsafe_call()
     bridge = Bridge(session.allocator)
+    host_dst, host_src = bridge.to_host(dst), bridge.to_host(src)
     with torch._C._DisableTorchDispatch():
-        bridge.to_host(dst).copy_(bridge.to_host(src))
+        host_dst.copy_(host_src)
+    if session.races is not None:
+        stream = current_stream()
+        session.races.op(
+            torch.ops.aten.copy_.default, (host_dst, host_src), {}, None, stream, "eager"
+        )
+        if not (pinned and non_blocking):
+            session.races.host_waits_for_stream(stream)
     return dst
 
 
