@@ -574,3 +574,302 @@ def test_graph_context_manager_captures_on_a_side_stream(bcg_device):
     g.replay()
     torch.cuda.synchronize()
     assert y.item() == 128.0
+
+
+# Host memory, measured on an H200 (issue 13) -------------------------------------------------
+
+HOST_COPY = "during CUDA graph capture unless the CPU tensor is pinned"
+
+
+def _in_capture(body, mode="global"):
+    """Runs ``body(graph)`` between capture_begin and capture_end on a side stream; returns
+    the graph, or re-raises what capture_end raised after ``body`` returned."""
+    s = _side_stream()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        g.capture_begin(capture_error_mode=mode)
+        try:
+            body(g)
+        finally:
+            try:
+                g.capture_end()
+            finally:
+                torch.cuda.current_stream().wait_stream(s)
+    return g
+
+
+@pytest.mark.parametrize(
+    "copy",
+    [
+        lambda d, h: torch.tensor([1.0, 2.0], device=d.device),
+        lambda d, h: d.copy_(h),
+        lambda d, h: h.copy_(d),
+    ],
+    ids=["torch.tensor", "host-to-device", "device-to-host"],
+)
+def test_pageable_copies_during_capture_raise_and_keep_the_capture(bcg_device, copy):
+    d = torch.ones(2, device=bcg_device)
+    h = torch.zeros(2)
+
+    def body(g):
+        with pytest.raises(RuntimeError, match=HOST_COPY):
+            copy(d, h)
+
+    _in_capture(body).replay()  # capture_end succeeded
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("non_blocking", [False, True])
+def test_pinned_copies_are_captured_and_run_at_replay(bcg_device, non_blocking):
+    host_in = torch.zeros(4).pin_memory()
+    host_out = torch.zeros(4, pin_memory=True)
+    assert host_in.is_pinned() and host_out.is_pinned() and not torch.zeros(1).is_pinned()
+    d = torch.zeros(4, device=bcg_device)
+    box = {}
+
+    def body(g):
+        d.copy_(host_in, non_blocking=non_blocking)
+        host_out.copy_(d * 2, non_blocking=non_blocking)
+        box["to_cpu"] = (d + 1).to("cpu", non_blocking=True)
+
+    g = _in_capture(body)
+    host_in.copy_(torch.arange(4.0))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(host_out, torch.arange(4.0) * 2)
+    assert not box["to_cpu"].is_cuda and torch.equal(box["to_cpu"], torch.arange(4.0) + 1)
+
+
+def test_host_tensor_ops_run_eagerly_during_capture(bcg_device):
+    h = torch.arange(4.0)
+    seen = {}
+
+    def body(g):
+        seen["item"] = h.sum().item()
+        seen["list"] = (h * 2).tolist()
+
+    _in_capture(body)
+    assert seen == {"item": 6.0, "list": [0.0, 2.0, 4.0, 6.0]}
+
+
+def test_zero_dim_host_operand_is_baked_into_the_graph_at_capture(bcg_device):
+    x = torch.ones(4, device=bcg_device)
+    scale = torch.tensor(3.0)
+    g, y = _capture(lambda: x * scale)
+    scale.fill_(5.0)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.full((4,), 3.0, device=bcg_device))
+
+
+def test_histc_with_its_default_range_fails_capture(bcg_device):
+    _fails_capture(lambda y: torch.histc(y), bcg_device)
+
+
+def test_histc_with_a_given_range_is_captured(bcg_device):
+    x = torch.arange(8.0, device=bcg_device)
+    g, h = _capture(lambda: torch.histc(x, bins=4, min=0, max=8))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(h, torch.full((4,), 2.0, device=bcg_device))
+
+
+def test_first_cusolver_op_inside_a_capture_raises(bcg_device):
+    # A library handle is created on first use; inside a capture that fails. Use a size no
+    # other test inverts, so no earlier eager call warmed the handle up in this process.
+    a = torch.eye(3, device=bcg_device) * 2
+
+    def body(g):
+        with pytest.raises(RuntimeError):
+            torch.linalg.inv(a)
+
+    try:
+        _in_capture(body)
+    except RuntimeError:
+        pass  # the failed handle creation may also invalidate the capture
+
+
+def test_repeat_interleave_with_output_size_is_captured(bcg_device):
+    x = torch.tensor([1.0, 2.0], device=bcg_device)
+    reps = torch.tensor([2, 1], device=bcg_device)
+    g, y = _capture(lambda: torch.repeat_interleave(x, reps, output_size=3))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, torch.tensor([1.0, 1.0, 2.0], device=bcg_device))
+
+
+def test_out_tensor_is_resized_at_capture(bcg_device):
+    x = torch.ones(3, 5, device=bcg_device)
+    out = torch.empty(0, device=bcg_device)
+    g, _ = _capture(lambda: torch.add(x, 1, out=out))
+    assert out.shape == (3, 5), "the resize happens when the op is captured"
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.full((3, 5), 2.0, device=bcg_device))
+
+
+def test_capture_of_only_zero_element_ops_warns_that_the_graph_is_empty(bcg_device):
+    x = torch.ones(0, 4, device=bcg_device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _capture(lambda: (x * 2, x.sum(1)))
+    assert any("The CUDA Graph is empty" in str(w.message) for w in caught)
+
+
+# Stream and graph API rules, measured on an H200 (issue 13) -----------------------------------
+
+ISOLATION = "dependency created on uncaptured work in another stream"
+
+
+@pytest.mark.parametrize("wait", ["wait_stream", "wait_event"])
+def test_waiting_on_uncaptured_work_fails_the_capture(bcg_device, wait):
+    x = torch.ones(4, device=bcg_device)
+    other = torch.cuda.Stream()
+
+    def body(g):
+        y = x + 1
+        with torch.cuda.stream(other):
+            z = x * 2
+            event = other.record_event()
+        with pytest.raises(RuntimeError, match=ISOLATION):
+            if wait == "wait_stream":
+                torch.cuda.current_stream().wait_stream(other)
+            else:
+                torch.cuda.current_stream().wait_event(event)
+        del y, z
+
+    with pytest.raises(RuntimeError, match=PREVIOUS_ERROR):
+        _in_capture(body)
+    assert not torch.cuda.is_current_stream_capturing()
+
+
+def test_joining_two_separate_captures_raises_merge(bcg_device):
+    x = torch.ones(4, device=bcg_device)
+    s1, s2 = _side_stream(), _side_stream()
+    g1, g2 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    # Relaxed: two concurrent captures in one thread must not trip the unsafe-call rules.
+    with torch.cuda.stream(s1):
+        g1.capture_begin(capture_error_mode="relaxed")
+        y = x + 1
+        event = s1.record_event()
+    with torch.cuda.stream(s2):
+        g2.capture_begin(capture_error_mode="relaxed")
+        z = x * 2
+        with pytest.raises(RuntimeError, match="merge of separate capture sequences"):
+            s2.wait_event(event)
+        with pytest.raises(RuntimeError):
+            g2.capture_end()
+    with torch.cuda.stream(s1):
+        try:
+            g1.capture_end()
+        except RuntimeError:
+            pass
+    torch.cuda.synchronize()
+    del y, z
+
+
+def test_pool_raises_until_a_capture_has_ended(bcg_device):
+    x = torch.ones(4, device=bcg_device)
+    g = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError):
+        g.pool()
+
+    s = _side_stream()
+    with torch.cuda.stream(s):
+        g.capture_begin()
+        y = x + 1
+        with pytest.raises(RuntimeError):
+            g.pool()
+        g.capture_end()
+    torch.cuda.current_stream().wait_stream(s)
+    assert g.pool() is not None
+    del y
+
+
+def test_replaying_a_graph_inside_another_capture_raises(bcg_device):
+    x = torch.ones(4, device=bcg_device)
+    inner, _ = _capture(lambda: x + 1)
+
+    def body(g):
+        y = x * 2
+        with pytest.raises(RuntimeError, match="Cannot prepare for replay during capturing stage"):
+            inner.replay()
+        del y
+
+    try:
+        _in_capture(body)
+    except RuntimeError:
+        pass
+
+
+def _host_read_in_thread(device):
+    return _run_in_thread(lambda: torch.ones(4, device=device).sum().item())
+
+
+def test_global_mode_item_from_another_thread_invalidates(bcg_device):
+    x = torch.ones(4, device=bcg_device)
+    box = {}
+
+    def body(g):
+        y = x + 1
+        box.update(_host_read_in_thread(bcg_device))
+        del y
+
+    with pytest.raises(RuntimeError, match=PREVIOUS_ERROR):
+        _in_capture(body, mode="global")
+    assert "error" in box
+
+
+def test_global_mode_item_from_another_stream_of_the_same_thread_invalidates(bcg_device):
+    x = torch.ones(4, device=bcg_device)
+    other = torch.cuda.Stream()
+
+    def body(g):
+        y = x + 1
+        with torch.cuda.stream(other), pytest.raises(RuntimeError):
+            torch.ones(4, device=bcg_device).sum().item()
+        del y
+
+    with pytest.raises(RuntimeError, match=PREVIOUS_ERROR):
+        _in_capture(body, mode="global")
+
+
+def test_thread_local_mode_synchronize_from_another_thread_invalidates(bcg_device):
+    x = torch.ones(4, device=bcg_device)
+    box = {}
+
+    def body(g):
+        y = x + 1
+        box.update(_run_in_thread(torch.cuda.synchronize))
+        del y
+
+    with pytest.raises(RuntimeError, match=PREVIOUS_ERROR):
+        _in_capture(body, mode="thread_local")
+    assert "error" in box
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [lambda s: torch.manual_seed(s), lambda s: torch.cuda.manual_seed(s)],
+    ids=["torch.manual_seed", "torch.cuda.manual_seed"],
+)
+def test_reseeding_during_capture_raises_unless_the_seed_is_unchanged(bcg_device, seed):
+    torch.manual_seed(1234)
+    x = torch.ones(4, device=bcg_device)
+
+    def body(g):
+        seed(1234)  # unchanged: allowed
+        with pytest.raises(RuntimeError, match="during CUDA graph capture"):
+            seed(4321)
+        g.y = x + 1
+
+    _in_capture(body)
+
+
+def test_cuda_manual_seed_leaves_the_host_generator_alone(bcg_device):
+    torch.manual_seed(7)
+    expected = torch.rand(4)
+    torch.manual_seed(7)
+    torch.cuda.manual_seed(99)
+    assert torch.equal(torch.rand(4), expected)
+    assert torch.cuda.initial_seed() == 99

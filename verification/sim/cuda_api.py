@@ -12,12 +12,18 @@ from typing import Any
 
 import torch
 
-from verification.sim import state
-from verification.sim.streams import check_host_sync
+from verification.sim import cuda_errors, state
+from verification.sim.streams import check_host_sync, current_stream
 
 
 def synchronize(device: Any = None) -> None:
     check_host_sync(None, device_wide=True)
+    # A device-wide sync waits on every capturing stream: only "relaxed" captures allow it.
+    session = state.require()
+    for capture in list(session.captures):
+        if capture.mode != "relaxed":
+            capture.invalidate()
+            raise RuntimeError(cuda_errors.NOT_PERMITTED)
     races = state.require().races
     if races is not None:
         races.host_waits_for_device()
@@ -57,16 +63,24 @@ def set_device(device: Any) -> None:
 
 
 def manual_seed(seed: int) -> None:
-    # Not torch.manual_seed: that calls torch.cuda.manual_seed_all, i.e. back into us.
-    torch.default_generator.manual_seed(int(seed))
+    """Seeds the device generator only (``torch.manual_seed`` seeds the host one itself)."""
+    rng = state.require().rng
+    seed = int(seed)
+    if current_stream().capture is not None and seed != rng.seed:
+        raise RuntimeError(cuda_errors.SEED_IN_CAPTURE)
+    rng.manual_seed(seed)
+
+
+def initial_seed() -> int:
+    return state.require().rng.seed
 
 
 def get_rng_state(device: Any = "cuda") -> torch.Tensor:
-    return torch.default_generator.get_state()
+    return state.require().rng.generator.get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
-    torch.default_generator.set_state(new_state)
+    state.require().rng.generator.set_state(new_state)
 
 
 def _names_device(device: Any) -> bool:

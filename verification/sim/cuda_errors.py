@@ -18,6 +18,15 @@ EMPTY_GRAPH = (
     "captured on wrong device or stream."
 )
 REPLAY_WITHOUT_CAPTURE = "Called CUDAGraph::replay without a preceding successful capture."
+ISOLATION = "CUDA error: dependency created on uncaptured work in another stream"
+MERGE = "CUDA error: operation would result in a merge of separate capture sequences"
+REPLAY_IN_CAPTURE = "Cannot prepare for replay during capturing stage."
+POOL_WITHOUT_CAPTURE = "Called CUDAGraph::pool without a preceding successful capture."
+SEED_IN_CAPTURE = (
+    "Cannot call CUDAGeneratorImpl::set_current_seed during CUDA graph capture. If you need "
+    "this call to be captured, please file an issue. Current cudaStreamCaptureStatus: "
+    "cudaStreamCaptureStatusActive"
+)
 HOST_COPY = (
     "Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the CPU "
     "tensor is pinned. Please use tensor.pin_memory() or allocate the tensor with "

@@ -17,7 +17,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from verification.sim import cuda_errors, state, transfers
+from verification.sim import capture_rules, cuda_errors, state, transfers
 from verification.sim.allocator import Block
 from verification.sim.bridge import Bridge
 from verification.sim.device_tensors import run_on_device_tensor
@@ -33,6 +33,7 @@ _MASK_CHECKED = {
     torch.ops.aten.index_put.default,
     torch.ops.aten._index_put_impl_.default,
 }
+_RULED = {*capture_rules.SYNCS_WHEN, *capture_rules.LIBRARY}
 # Allocation-only ops: their output holds whatever the memory held, so nothing to replay.
 _NO_DATA = {
     torch.ops.aten.empty.memory_format,
@@ -57,6 +58,7 @@ class OpInfo:
     return_aliases: tuple[int | None, ...]
     list_returns: tuple[bool, ...]
     out_args: frozenset[int]  # indices of ``out=`` arguments
+    random: bool  # draws from the device generator
 
     @property
     def has_fresh(self) -> bool:
@@ -91,6 +93,7 @@ def op_info(func: Any) -> OpInfo:
         return_aliases=aliases,
         list_returns=tuple(isinstance(r.type, torch._C.ListType) for r in schema.returns),
         out_args=frozenset(i for i, a in enumerate(schema.arguments) if a.is_out),
+        random=torch.Tag.nondeterministic_seeded in func.tags,
     )
     _infos[func] = info
     return info
@@ -196,11 +199,20 @@ def run_eager(func: Any, info: OpInfo, args: tuple, kwargs: dict, session: Any) 
     return _map_returns(info, result, lambda t, _: _rehome(t, session, copy))
 
 
+def _launches_nothing(values: list[Any]) -> bool:
+    # CUDA launches no kernel for an op whose outputs are all empty: nothing is captured.
+    tensors = [t for v in values for t in (v if isinstance(v, (list, tuple)) else (v,))]
+    tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+    return bool(tensors) and all(t.numel() == 0 for t in tensors)
+
+
 def run_captured(
     func: Any, info: OpInfo, args: tuple, kwargs: dict, stream: Any, session: Any
 ) -> Any:
     capture = stream.capture
-    if info.illegal_in_capture:
+    if (info.illegal_in_capture or func in _RULED) and capture_rules.refused(
+        func, info.illegal_in_capture, args, kwargs, session.warm_libraries
+    ):
         _fail(capture)
     if info.mask_checked:
         indices = _arg(func, args, kwargs, 1)
@@ -229,7 +241,7 @@ def run_captured(
             refs[i] = [ref_to(t, allocator) for t in values[i]]
         elif isinstance(values[i], torch.Tensor):
             refs[i] = ref_to(values[i], allocator)
-    if not info.writes_no_data:
+    if not info.writes_no_data and not _launches_nothing(values):
         capture.add_step(stream, Step(func, args, kwargs, refs, allocator))
     if n == 0:
         return None
@@ -307,7 +319,13 @@ def run_on_device(func: Any, args: tuple, kwargs: dict, session: Any, checked: b
     if capture is None:
         if info.illegal_in_capture:
             session.check_unsafe_call()  # the host waits for the device: a sync
-        result = run_eager(func, info, host_args, host_kwargs, session)
+        if func in _RULED:
+            capture_rules.ran_eagerly(func, session.warm_libraries)
+        if info.random:
+            with session.rng.active():
+                result = run_eager(func, info, host_args, host_kwargs, session)
+        else:
+            result = run_eager(func, info, host_args, host_kwargs, session)
         if session.races is not None and not (info.metadata_only or info.writes_no_data):
             session.races.op(func, host_args, host_kwargs, result, stream, "eager")
             if info.illegal_in_capture:

@@ -69,6 +69,8 @@ class CUDAGraph:
     def replay(self) -> None:
         if self._steps is None:
             raise RuntimeError(cuda_errors.REPLAY_WITHOUT_CAPTURE)
+        if current_stream().capture is not None:
+            raise RuntimeError(cuda_errors.REPLAY_IN_CAPTURE)
         detector = races.detector()
         observe = None
         if detector is not None:
@@ -77,7 +79,7 @@ class CUDAGraph:
             def observe(func: Any, args: tuple, kwargs: dict, written: list) -> None:
                 detector.op(func, args, kwargs, written, stream, "graph replay")
 
-        with torch.no_grad(), torch._C._DisableTorchDispatch():
+        with torch.no_grad(), torch._C._DisableTorchDispatch(), state.require().rng.active():
             for step in self._steps:
                 step.run(observe)
 
@@ -91,8 +93,8 @@ class CUDAGraph:
         self._release_pool()
 
     def pool(self) -> PoolId:
-        if self._pool is None:
-            raise RuntimeError("pool() needs a graph that has begun capture.")
+        if self._pool is None or self._steps is None:
+            raise RuntimeError(cuda_errors.POOL_WITHOUT_CAPTURE)
         return self._pool.id
 
     def _release_pool(self) -> None:

@@ -50,6 +50,7 @@ _CUDA_NAMES: dict[str, Any] = {
     "set_device": cuda_api.set_device,
     "manual_seed": cuda_api.manual_seed,
     "manual_seed_all": cuda_api.manual_seed,
+    "initial_seed": cuda_api.initial_seed,
     "get_rng_state": cuda_api.get_rng_state,
     "set_rng_state": cuda_api.set_rng_state,
     "_lazy_init": cuda_api.lazy_init,

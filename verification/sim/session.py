@@ -11,6 +11,7 @@ from typing import Any
 
 from verification.sim import cuda_errors
 from verification.sim.allocator import Allocator
+from verification.sim.device_rng import DeviceRNG
 from verification.sim.races import RaceDetector
 from verification.sim.races import enabled_by_environment as races_from_environment
 from verification.sim.streams import Stream, current_stream
@@ -25,6 +26,8 @@ class Session:
         self.lock = threading.RLock()
         self._graph_side_stream: Stream | None = None
         self.pinned = PinnedMemory()
+        self.rng = DeviceRNG()
+        self.warm_libraries: set[str] = set()  # device libraries whose handle exists
         self.races: RaceDetector | None = (
             RaceDetector(self.allocator) if races_from_environment() else None
         )

@@ -109,11 +109,18 @@ class Event:
         if races is not None and stream.capture is None:
             races.wait(stream, self.race_clock)
         capture = self.capture
+        if stream.capture is not None and capture is not stream.capture:
+            if capture is None and self.recorded_at is not None:
+                stream.capture.invalidate()
+                raise RuntimeError(cuda_errors.ISOLATION)
+            if capture is not None and capture.active:
+                stream.capture.invalidate()
+                raise RuntimeError(cuda_errors.MERGE)
         if capture is None or not capture.active:
             return
         if stream.capture is None:
             capture.fork(stream, self.clock)
-        elif stream.capture is capture:
+        else:
             capture.merge(stream, self.clock)
 
     def query(self) -> bool:

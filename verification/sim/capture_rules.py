@@ -1,0 +1,67 @@
+"""Capture rules that depend on an op's arguments or history, which its tags cannot express.
+
+Measured on an H200: ``histc`` with its default range reads min and max on the host;
+``repeat_interleave`` is capturable once ``output_size`` is given; a cuSOLVER op needs a
+library handle, which cannot be created inside a capture, so it must run eagerly first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+Rule = Callable[[tuple, dict], bool]
+
+
+def _histc_default_range(args: tuple, kwargs: dict) -> bool:
+    low = args[2] if len(args) > 2 else kwargs.get("min", 0)
+    high = args[3] if len(args) > 3 else kwargs.get("max", 0)
+    return float(low) == float(high)
+
+
+# Ops tagged data-dependent that a capture accepts under these arguments.
+LEGAL_WHEN: dict[Any, Rule] = {
+    aten.repeat_interleave.Tensor: lambda args, kwargs: kwargs.get("output_size") is not None,
+    aten.repeat_interleave.self_Tensor: lambda args, kwargs: kwargs.get("output_size") is not None,
+}
+# Ops that synchronise with the host under these arguments.
+SYNCS_WHEN: dict[Any, Rule] = {aten.histc.default: _histc_default_range}
+# Ops that need a library handle, created by their first eager run.
+LIBRARY: dict[Any, str] = {
+    op: "cusolver"
+    for op in (
+        aten.linalg_inv_ex.default,
+        aten.linalg_lu_factor_ex.default,
+        aten.linalg_lu_solve.default,
+        aten._linalg_solve_ex.default,
+        aten.linalg_cholesky_ex.default,
+        aten.cholesky_solve.default,
+        aten._linalg_eigh.default,
+        aten.linalg_eig.default,
+        aten.linalg_qr.default,
+        aten._linalg_svd.default,
+        aten.linalg_ldl_factor_ex.default,
+    )
+}
+
+
+def refused(func: Any, illegal_by_tags: bool, args: tuple, kwargs: dict, warm: set[str]) -> bool:
+    """Whether issuing ``func(*args, **kwargs)`` on a capturing stream fails."""
+    if illegal_by_tags:
+        legal = LEGAL_WHEN.get(func)
+        return legal is None or not legal(args, kwargs)
+    syncs = SYNCS_WHEN.get(func)
+    if syncs is not None and syncs(args, kwargs):
+        return True
+    library = LIBRARY.get(func)
+    return library is not None and library not in warm
+
+
+def ran_eagerly(func: Any, warm: set[str]) -> None:
+    library = LIBRARY.get(func)
+    if library is not None:
+        warm.add(library)

@@ -1,0 +1,36 @@
+"""The simulated device's random number generator, separate from the host's, as on CUDA.
+
+Random ops on device tensors run on the CPU, so they draw from ``torch.default_generator``;
+:meth:`DeviceRNG.active` swaps the device generator's state in for the duration of such an
+op (eager, or a replay), so host and device streams of random numbers never mix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import torch
+
+# CUDA's default generator seed (c10::detail::default_rng_seed_val).
+DEFAULT_SEED = 67280421310721
+
+
+class DeviceRNG:
+    def __init__(self) -> None:
+        self.generator = torch.Generator()
+        self.manual_seed(DEFAULT_SEED)
+
+    def manual_seed(self, seed: int) -> None:
+        self.seed = seed
+        self.generator.manual_seed(seed)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        host = torch.default_generator.get_state()
+        torch.default_generator.set_state(self.generator.get_state())
+        try:
+            yield
+        finally:
+            self.generator.set_state(torch.default_generator.get_state())
+            torch.default_generator.set_state(host)
