@@ -873,3 +873,57 @@ def test_cuda_manual_seed_leaves_the_host_generator_alone(bcg_device):
     torch.cuda.manual_seed(99)
     assert torch.equal(torch.rand(4), expected)
     assert torch.cuda.initial_seed() == 99
+
+
+# API surface, as on CUDA (issue 13) ----------------------------------------------------------
+
+
+def test_current_stream_returns_equal_but_distinct_handles(bcg_device):
+    a, b = torch.cuda.current_stream(), torch.cuda.current_stream()
+    assert a == b and a is not b
+    assert torch.cuda.default_stream().cuda_stream == 0
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        assert torch.cuda.current_stream() == s
+    assert torch.cuda.current_stream() != s
+
+
+def test_stream_priorities_clamp_to_the_device_range(bcg_device):
+    least, greatest = torch.cuda.Stream.priority_range()
+    high = torch.cuda.Stream(priority=-100).priority
+    low = torch.cuda.Stream(priority=100).priority
+    assert greatest <= high < low <= least
+    assert low == 0
+
+
+def test_unknown_capture_keywords_raise_type_error(bcg_device):
+    g = torch.cuda.CUDAGraph()
+    s = _side_stream()
+    with torch.cuda.stream(s), pytest.raises(TypeError):
+        g.capture_begin(no_such_option=True)
+    assert not torch.cuda.is_current_stream_capturing()
+    with pytest.raises(TypeError):
+        torch.cuda.graph(g, no_such_option=True)
+
+
+def test_graph_and_device_apis_are_present(bcg_device):
+    x = torch.ones(1024, device=bcg_device)
+    g = torch.cuda.CUDAGraph(keep_graph=True)
+    s = _side_stream()
+    with torch.cuda.stream(s):
+        g.capture_begin()
+        y = x + 1
+        g.capture_end()
+    torch.cuda.current_stream().wait_stream(s)
+    g.instantiate()
+    assert isinstance(g.raw_cuda_graph(), int)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, x + 1)
+    assert callable(torch.cuda.CUDAGraph.register_generator_state)
+    free, total = torch.cuda.mem_get_info()
+    assert 0 < free <= total
+    assert torch.cuda.memory_stats()["allocated_bytes.all.current"] >= 4096
+    assert torch.cuda.max_memory_allocated() >= torch.cuda.memory_allocated() >= 4096
+    assert isinstance(torch.cuda.get_device_name(), str)
+    assert isinstance(torch.cuda.initial_seed(), int)

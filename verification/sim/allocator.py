@@ -83,6 +83,7 @@ class Allocator:
         self._addresses: list[int] = []
         self._by_address: dict[int, Block] = {}
         self.quarantine: list[torch.UntypedStorage] = []
+        self._peak = 0
         self._private_ids = itertools.count(1)
         self._handle_ids = itertools.count(1)
 
@@ -154,7 +155,18 @@ class Allocator:
         """(allocated bytes, reserved bytes) over all pools."""
         with self._lock:
             blocks = [b for pool in self.pools.values() for b in pool.blocks()]
-            return sum(b.size for b in blocks if b.in_use()), sum(b.size for b in blocks)
+            allocated = sum(b.size for b in blocks if b.in_use())
+            self._peak = max(self._peak, allocated)
+            return allocated, sum(b.size for b in blocks)
+
+    def peak_allocated(self) -> int:
+        """The largest allocated total seen by a statistics query (frees are detected lazily,
+        so a peak between two queries is not seen)."""
+        return max(self._peak, self.stats()[0])
+
+    def reset_peak(self) -> None:
+        self._peak = 0
+        self._peak = self.stats()[0]
 
     def snapshot(self) -> list[dict[str, object]]:
         with self._lock:

@@ -52,7 +52,7 @@ class Capture:
         return any(
             clock.get(stream, 0) > seen.get(stream, 0)
             for stream, clock in self.clocks.items()
-            if stream is not self.origin
+            if stream != self.origin
         )
 
     def invalidate(self) -> None:

@@ -42,6 +42,42 @@ def memory_reserved(device: Any = None) -> int:
     return state.require().allocator.stats()[1]
 
 
+# What an H200 reports (torch.cuda.mem_get_info total, get_device_name).
+DEVICE_TOTAL_BYTES = 150_754_820_096
+DEVICE_NAME = "NVIDIA H200 (simulated)"
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return state.require().allocator.peak_allocated()
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    state.require().allocator.reset_peak()
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    return DEVICE_TOTAL_BYTES - memory_reserved(), DEVICE_TOTAL_BYTES
+
+
+def memory_stats(device: Any = None) -> dict[str, int]:
+    allocated, reserved = state.require().allocator.stats()
+    return {
+        "allocated_bytes.all.current": allocated,
+        "allocated_bytes.all.peak": max_memory_allocated(),
+        "reserved_bytes.all.current": reserved,
+        "num_alloc_retries": 0,
+        "num_ooms": 0,
+    }
+
+
+def get_device_name(device: Any = None) -> str:
+    return DEVICE_NAME
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    return (9, 0)
+
+
 def memory_snapshot(*args: Any, **kwargs: Any) -> list[dict[str, object]]:
     return state.require().allocator.snapshot()
 

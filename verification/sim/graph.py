@@ -26,9 +26,7 @@ class CUDAGraph:
         self._steps: list[Step] | None = None
         self._pool: Pool | None = None
 
-    def capture_begin(
-        self, pool: PoolId | None = None, capture_error_mode: str = "global", **kwargs: Any
-    ) -> None:
+    def capture_begin(self, pool: PoolId | None = None, capture_error_mode: str = "global") -> None:
         session = state.require()
         if capture_error_mode not in CAPTURE_ERROR_MODES:
             raise ValueError(
@@ -83,6 +81,16 @@ class CUDAGraph:
             for step in self._steps:
                 step.run(observe)
 
+    def instantiate(self) -> None:
+        pass  # a simulated graph is executable as soon as capture ends
+
+    def register_generator_state(self, generator: Any) -> None:
+        pass  # every random op draws from the one device generator at replay
+
+    def raw_cuda_graph(self) -> int:
+        """A stand-in for the ``cudaGraph_t`` handle: unique while the graph lives."""
+        return id(self)
+
     def reset(self) -> None:
         if self._capture is not None:
             self._capture.finish()
@@ -122,7 +130,6 @@ class graph:  # lower-case to mirror torch.cuda.graph
         pool: PoolId | None = None,
         stream: Stream | None = None,
         capture_error_mode: str = "global",
-        **kwargs: Any,
     ) -> None:
         self.cuda_graph = cuda_graph
         self.pool = pool

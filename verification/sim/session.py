@@ -21,7 +21,7 @@ from verification.sim.transfers import PinnedMemory
 class Session:
     def __init__(self) -> None:
         self.allocator = Allocator(on_growth=self.check_unsafe_call)
-        self.default_stream = Stream()
+        self.default_stream = Stream._default()
         self.captures: set[Any] = set()
         self.lock = threading.RLock()
         self._graph_side_stream: Stream | None = None

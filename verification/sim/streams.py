@@ -20,13 +20,63 @@ _stream_ids = itertools.count(1)
 _thread = threading.local()
 
 
-class Stream:
-    """A simulated ``torch.cuda.Stream``; ``capture`` is the capture it belongs to, if any."""
+# torch keeps stream pools for this many priorities (0 down to -3); requests clamp to them.
+PRIORITY_RANGE = (0, -5)
+_LOWEST_POOL_PRIORITY = -3
 
-    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
-        self.stream_id = next(_stream_ids)
+
+class _StreamState:
+    """What every handle of one stream shares."""
+
+    __slots__ = ("capture", "priority", "stream_id")
+
+    def __init__(self, stream_id: int, priority: int) -> None:
+        self.stream_id = stream_id
         self.priority = priority
         self.capture: Any = None
+
+
+class Stream:
+    """A simulated ``torch.cuda.Stream``; ``capture`` is the capture it belongs to, if any.
+
+    Like torch, ``current_stream()`` returns a new handle per call: handles of one stream
+    are equal (``==``) and share its state, but are not the same object.
+    """
+
+    def __init__(self, device: Any = None, priority: int = 0) -> None:
+        clamped = min(0, max(_LOWEST_POOL_PRIORITY, int(priority)))
+        self._state = _StreamState(next(_stream_ids), clamped)
+
+    @classmethod
+    def _default(cls) -> Stream:
+        stream = object.__new__(cls)
+        stream._state = _StreamState(0, 0)  # the default stream's handle is 0, as on CUDA
+        return stream
+
+    def _handle(self) -> Stream:
+        stream = object.__new__(type(self))
+        stream._state = self._state
+        return stream
+
+    @property
+    def stream_id(self) -> int:
+        return self._state.stream_id
+
+    @property
+    def priority(self) -> int:
+        return self._state.priority
+
+    @property
+    def capture(self) -> Any:
+        return self._state.capture
+
+    @capture.setter
+    def capture(self, value: Any) -> None:
+        self._state.capture = value
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        return PRIORITY_RANGE
 
     @property
     def cuda_stream(self) -> int:
@@ -164,12 +214,12 @@ def current_stream(device: Any = None) -> Stream:
     session = state.require()
     pair = getattr(_thread, "stream", None)
     if pair is None or pair[0] is not session:
-        return session.default_stream
-    return pair[1]
+        return session.default_stream._handle()
+    return pair[1]._handle()
 
 
 def default_stream(device: Any = None) -> Stream:
-    return state.require().default_stream
+    return state.require().default_stream._handle()
 
 
 def set_stream(stream_: Stream | None) -> None:
