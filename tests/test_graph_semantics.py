@@ -927,3 +927,29 @@ def test_graph_and_device_apis_are_present(bcg_device):
     assert torch.cuda.max_memory_allocated() >= torch.cuda.memory_allocated() >= 4096
     assert isinstance(torch.cuda.get_device_name(), str)
     assert isinstance(torch.cuda.initial_seed(), int)
+
+
+def test_shared_pool_reuses_a_freed_block_for_a_smaller_allocation(bcg_device):
+    # The pool-sharing order rule, as an H200 shows it: capture 1 frees a 4 KB temporary,
+    # capture 2 (same pool) places its 512 B output there, and replaying capture 1 after
+    # capture 2 overwrites that output.
+    x = torch.ones(1024, device=bcg_device)
+    y = torch.ones(128, device=bcg_device)
+    seen = {}
+
+    def first():
+        tmp = x + 1
+        seen["tmp"] = tmp.data_ptr()
+        return tmp.sum()
+
+    g1, total = _capture(first)
+    g2, out = _capture(lambda: y * 3, pool=g1.pool())
+    assert out.data_ptr() == seen["tmp"], "best fit gives the freed 4 KB block to 512 B"
+    g1.replay()
+    g2.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.full_like(out, 3.0))
+    g1.replay()  # out of capture order: writes its temporary over capture 2's output
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.full_like(out, 2.0))
+    assert total.item() == 2048.0

@@ -1,5 +1,8 @@
-"""Simulated CUDA caching allocator: pools of blocks, each block its own CPU storage.
+"""Simulated CUDA caching allocator: pools of blocks carved from segments of CPU memory.
 
+Best fit with block splitting and coalescing of free neighbours, as the caching allocator,
+so a block freed by one capture can serve a smaller allocation of the next capture sharing
+its pool.
 The allocator holds exactly one reference to each block's host and device storage, so a
 block is in use iff either use count exceeds one (tensors and views keep memory alive as on
 CUDA; non-owning aliases built with ``_construct_storage_from_data_pointer`` do not).
@@ -22,8 +25,9 @@ BLOCK_BYTES = 512
 # Bytes FF 7F: a NaN in float16/bfloat16/float32/float64 and a huge, easy to spot integer.
 POISON_INT16 = 0x7FFF
 DEFAULT_POOL_ID = (0, 0)
-# A free block is reused for a request at most this many times smaller than itself.
-MAX_REUSE_SLACK = 2
+# As in CUDA's caching allocator: requests up to 1 MiB are "small" and split a free block
+# whenever at least BLOCK_BYTES remain; larger ones split only if more than 1 MiB remains.
+SMALL_REQUEST = 1 << 20
 
 PoolId = tuple[int, int]
 
@@ -40,17 +44,24 @@ def poison(storage: torch.UntypedStorage) -> None:
 
 
 class Block:
-    """One simulated device allocation; ``address`` is stable for the block's life."""
+    """One simulated device allocation: ``size`` bytes of a segment (one ``cudaMalloc``)."""
 
-    __slots__ = ("address", "device_storage", "pool", "size", "storage")
+    __slots__ = ("address", "device_storage", "pool", "segment", "size", "storage")
 
-    def __init__(self, size: int, pool: Pool) -> None:
-        self.storage = torch.UntypedStorage(size)
+    def __init__(self, segment: torch.UntypedStorage, address: int, size: int, pool: Pool) -> None:
+        self.segment = segment  # owns the memory; blocks of one segment split and merge
+        self.address = address
         self.size = size
         self.pool = pool
-        self.address = self.storage.data_ptr()
-        # What device tensors hold: the same bytes, seen as CUDA memory.
-        self.device_storage = device_storage(self.address, size)
+        # Neither storage owns memory, so each counts only the tensors using this block:
+        # host views made while an op runs hold ``storage``, device tensors ``device_storage``.
+        self.storage = torch._C._construct_storage_from_data_pointer(
+            address, torch.device("cpu"), size
+        )
+        self.device_storage = device_storage(address, size)
+
+    def whole_segment(self) -> bool:
+        return self.size == self.segment.nbytes()
 
     def in_use(self) -> bool:
         # Device tensors hold device_storage; host views made while an op runs hold storage.
@@ -104,20 +115,66 @@ class Allocator:
         size = -(-max(nbytes, 1) // BLOCK_BYTES) * BLOCK_BYTES
         with self._lock:
             self._reclaim(pool)
-            fitting = [b for b in pool.free if size <= b.size <= size * MAX_REUSE_SLACK]
-            if fitting:
-                block = min(fitting, key=lambda b: b.size)
+            small = size <= SMALL_REQUEST
+            fitting = [
+                b
+                for b in pool.free
+                if b.size >= size and (b.segment.nbytes() <= SMALL_REQUEST) == small
+            ]
+            if fitting:  # best fit, as the caching allocator
+                block = min(fitting, key=lambda b: (b.size, b.address))
                 if self.on_reuse is not None:
                     self.on_reuse(block)
                 pool.free.remove(block)
+                rest = block.size - size
+                if rest >= BLOCK_BYTES if small else rest > SMALL_REQUEST:
+                    block = self._split(block, size)
             else:
                 self._on_growth()
-                block = Block(size, pool)
+                segment = torch.UntypedStorage(size)
+                block = Block(segment, segment.data_ptr(), size, pool)
                 poison(block.storage)
-                bisect.insort(self._addresses, block.address)
-                self._by_address[block.address] = block
+                self._index(block)
             pool.live.append(block)
             return block
+
+    def _index(self, block: Block) -> None:
+        if block.address not in self._by_address:
+            bisect.insort(self._addresses, block.address)
+        self._by_address[block.address] = block
+
+    def _unindex(self, block: Block) -> None:
+        i = bisect.bisect_left(self._addresses, block.address)
+        del self._addresses[i]
+        del self._by_address[block.address]
+
+    def _split(self, block: Block, size: int) -> Block:
+        """The first ``size`` bytes of free ``block`` as a new block; the rest stays free."""
+        head = Block(block.segment, block.address, size, block.pool)
+        tail = Block(block.segment, block.address + size, block.size - size, block.pool)
+        self._index(head)
+        self._index(tail)
+        block.pool.free.append(tail)
+        return head
+
+    def _merge_free(self, pool: Pool) -> None:
+        """Coalesces adjacent free blocks of one segment, as the caching allocator does."""
+        free = sorted(pool.free, key=lambda b: b.address)
+        merged: list[Block] = []
+        for block in free:
+            last = merged[-1] if merged else None
+            if (
+                last is not None
+                and last.segment is block.segment
+                and last.address + last.size == block.address
+            ):
+                self._unindex(block)
+                joined = Block(last.segment, last.address, last.size + block.size, pool)
+                self._index(joined)
+                merged[-1] = joined
+            else:
+                merged.append(block)
+        pool.free = merged
 
     def find(self, address: int) -> Block | None:
         """The block whose memory contains ``address``, if any."""
@@ -135,7 +192,9 @@ class Allocator:
             else:
                 poison(block.storage)
                 pool.free.append(block)
-        pool.live = still_live
+        if len(still_live) != len(pool.live):
+            pool.live = still_live
+            self._merge_free(pool)
 
     def release_unused(self, capturing: set[Pool]) -> None:
         """``empty_cache``: free blocks of the default pool and of pools no graph holds."""
@@ -144,12 +203,14 @@ class Allocator:
                 if pool in capturing or (pool.graph_refs > 0 and pool.id != DEFAULT_POOL_ID):
                     continue
                 self._reclaim(pool)
+                kept = []
                 for block in pool.free:
-                    i = bisect.bisect_left(self._addresses, block.address)
-                    del self._addresses[i]
-                    del self._by_address[block.address]
-                    self.quarantine.append(block.storage)
-                pool.free = []
+                    if not block.whole_segment():
+                        kept.append(block)  # the rest of its segment is in use
+                        continue
+                    self._unindex(block)
+                    self.quarantine.append(block.segment)
+                pool.free = kept
 
     def stats(self) -> tuple[int, int]:
         """(allocated bytes, reserved bytes) over all pools."""

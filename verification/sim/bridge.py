@@ -113,4 +113,4 @@ class Bridge:
             device = original.untyped_storage()
         else:
             device = self.to_device(host, pool).untyped_storage()
-        set_layout(original, device, host.shape, host.stride(), host.storage_offset())
+        set_layout(original, device, host.storage_offset(), host.shape, host.stride())

@@ -92,17 +92,12 @@ def device_view(
 
 
 def set_layout(
-    t: torch.Tensor, storage: torch.UntypedStorage, size: Any, stride: Any, offset: int
+    t: torch.Tensor, storage: torch.UntypedStorage, offset: int, size: Any, stride: Any
 ) -> None:
     """Points the device tensor ``t`` at ``storage`` with a new layout, in place."""
     torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
         _CPU_KERNELS, t, storage, offset, list(size), list(stride)
     )
-
-
-def run_on_device_tensor(func: Any, *args: Any, **kwargs: Any) -> Any:
-    """Runs ``func``'s CPU kernel on device tensors (only for kernels that touch metadata)."""
-    return func.redispatch(_CPU_KERNELS, *args, **kwargs)
 
 
 def host_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:

@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_map
 from verification.sim import capture_rules, cuda_errors, state, transfers
 from verification.sim.allocator import Block
 from verification.sim.bridge import Bridge
-from verification.sim.device_tensors import run_on_device_tensor
+from verification.sim.device_tensors import set_layout
 from verification.sim.recording import Step, flatten_call, ref_to, unflatten_call
 from verification.sim.streams import current_stream
 
@@ -402,9 +402,20 @@ def _pin_memory(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
 
 
 def _set(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
-    if not args[0].is_cuda:
+    # Every overload ends in set_(storage, offset, size, stride), which only touches
+    # metadata; the other overloads reach it through the dispatcher, so call it directly.
+    t = args[0]
+    if not t.is_cuda:
         return NotImplemented
-    return run_on_device_tensor(func, *args, **kwargs)
+    if func is torch.ops.aten.set_.source_Tensor:
+        source = args[1]
+        call = (source.untyped_storage(), source.storage_offset(), source.shape, source.stride())
+    elif func is torch.ops.aten.set_.source_Storage:
+        call = (args[1], 0, (args[1].nbytes() // t.element_size(),), (1,))
+    else:
+        call = args[1:]
+    set_layout(t, *call)
+    return t
 
 
 def _resize(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
