@@ -58,11 +58,11 @@ def main() -> dict[str, float]:
     x0, w0 = torch.randn(64, 64), torch.randn(64, 64) / 8
     eager_s = _per_run(lambda: program(x0, w0), REPEATS)
     with simulated_cuda():
-        x, w = x0.clone(), w0.clone()
+        x, w = x0.cuda(), w0.cuda()  # device tensors: what a GPU program holds
         capture_s = _per_run(lambda: _capture(x, w), REPEATS // 4)
         g, out = _capture(x, w)
         replay_s = _per_run(g.replay, REPEATS)
-        assert torch.allclose(out, program(x0, w0)), "replay disagrees with eager"
+        assert torch.allclose(out.cpu(), program(x0, w0)), "replay disagrees with eager"
         del g, out
     result = {
         "ops": OPS,
