@@ -23,9 +23,8 @@ MERGE = "CUDA error: operation would result in a merge of separate capture seque
 REPLAY_IN_CAPTURE = "Cannot prepare for replay during capturing stage."
 POOL_WITHOUT_CAPTURE = "Called CUDAGraph::pool without a preceding successful capture."
 SEED_IN_CAPTURE = (
-    "Cannot call CUDAGeneratorImpl::set_current_seed during CUDA graph capture. If you need "
-    "this call to be captured, please file an issue. Current cudaStreamCaptureStatus: "
-    "cudaStreamCaptureStatusActive"
+    "CUDAGeneratorImpl::set_current_seed can be called during stream capture only if new "
+    "seed is the same as the original seed."
 )
 HOST_COPY = (
     "Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the CPU "

@@ -210,6 +210,8 @@ def run_captured(
     func: Any, info: OpInfo, args: tuple, kwargs: dict, stream: Any, session: Any
 ) -> Any:
     capture = stream.capture
+    if func in capture_rules.SYNCS_WHEN and capture_rules.host_copy(func, args, kwargs):
+        raise RuntimeError(cuda_errors.HOST_COPY)
     if (info.illegal_in_capture or func in _RULED) and capture_rules.refused(
         func, info.illegal_in_capture, args, kwargs, session.warm_libraries
     ):
@@ -248,7 +250,9 @@ def run_captured(
     return values[0] if n == 1 else tuple(values)
 
 
-def _resize_outputs(func: Any, info: OpInfo, args: tuple, kwargs: dict, pool: Any) -> None:
+def _resize_outputs(
+    func: Any, info: OpInfo, args: tuple, kwargs: dict, pool: Any, capture: Any
+) -> None:
     """Gives ``out=`` host views their result shape first, growing into a block of ``pool``.
 
     Host views cannot be reallocated by a kernel, and on CUDA an ``out=`` tensor is resized
@@ -261,11 +265,16 @@ def _resize_outputs(func: Any, info: OpInfo, args: tuple, kwargs: dict, pool: An
             continue
         out = _arg(func, args, kwargs, alias)
         if isinstance(out, torch.Tensor) and out.shape != shape_of.shape:
-            resize_host(out, shape_of.shape, pool, state.require().allocator)
+            resize_host(out, shape_of.shape, pool, state.require().allocator, capture)
 
 
-def resize_host(t: torch.Tensor, shape: Any, pool: Any, allocator: Any) -> None:
-    """``t.resize_(shape)`` for a host view: in place if its memory suffices, else a new block."""
+def resize_host(
+    t: torch.Tensor, shape: Any, pool: Any, allocator: Any, capture: Any = None
+) -> None:
+    """``t.resize_(shape)`` for a host view: in place if its memory suffices, else a new block.
+
+    Growing during capture copies the old bytes synchronously, which the H200 refuses.
+    """
     numel = 1
     for d in shape:
         numel *= d
@@ -274,6 +283,8 @@ def resize_host(t: torch.Tensor, shape: Any, pool: Any, allocator: Any) -> None:
         if needed <= t.untyped_storage().nbytes():
             t.resize_(shape)
             return
+        if capture is not None:
+            _fail(capture)
         block = allocator.allocate(pool, numel * t.element_size())
         t.set_(block.storage, 0, shape, torch.empty(shape, device="meta").stride())
 
@@ -315,7 +326,7 @@ def run_on_device(func: Any, args: tuple, kwargs: dict, session: Any, checked: b
     host_args, host_kwargs = unflatten_call([bridge.to_host(x) for x in leaves], spec)
     pool = session.allocator.default_pool if capture is None else capture.pool
     if info.out_args:
-        _resize_outputs(func, info, host_args, host_kwargs, pool)
+        _resize_outputs(func, info, host_args, host_kwargs, pool, capture)
     if capture is None:
         if info.illegal_in_capture:
             session.check_unsafe_call()  # the host waits for the device: a sync
@@ -426,7 +437,7 @@ def _resize(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
     pool = session.allocator.default_pool if capture is None else capture.pool
     bridge = Bridge(session.allocator)
     host = bridge.host_view(t)
-    resize_host(host, tuple(args[1]), pool, session.allocator)
+    resize_host(host, tuple(args[1]), pool, session.allocator, capture)
     bridge.write_back(t, host, pool)
     return t
 

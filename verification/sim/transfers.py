@@ -57,6 +57,9 @@ def copy(
     if capture is not None:
         if not pinned:
             raise RuntimeError(cuda_errors.HOST_COPY)
+        if not non_blocking:  # a synchronous cudaMemcpy: the H200 refuses and invalidates
+            capture.invalidate()
+            raise RuntimeError(cuda_errors.NOT_PERMITTED)
         record(torch.ops.aten.copy_.default, (dst, src, non_blocking))
         return dst
     if not (pinned and non_blocking):
