@@ -195,3 +195,14 @@ def test_replay_without_capture_raises():
     with simulated_cuda():
         with pytest.raises(RuntimeError, match="without a preceding successful capture"):
             torch.cuda.CUDAGraph().replay()
+
+
+def test_set_on_a_device_tensor_accepts_every_overload_and_default_strides():
+    with simulated_cuda():
+        x = torch.arange(6.0, device="cuda")
+        storage = x.untyped_storage()
+        a = torch.empty(0, device="cuda").set_(storage, 0, (2, 3))
+        b = torch.empty(0, device="cuda").set_(storage)
+        c = torch.empty(0, device="cuda").set_(x)
+        assert a.stride() == (3, 1) and torch.equal(a.flatten(), x)
+        assert torch.equal(b, x) and torch.equal(c, x) and c.data_ptr() == x.data_ptr()

@@ -424,7 +424,11 @@ def _set(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
     elif func is torch.ops.aten.set_.source_Storage:
         call = (args[1], 0, (args[1].nbytes() // t.element_size(),), (1,))
     else:
-        call = args[1:]
+        storage, offset, size = args[1], args[2], args[3]
+        stride = args[4] if len(args) > 4 else kwargs.get("stride", ())
+        if not stride:  # torch's default: contiguous
+            stride = torch.empty(size, device="meta").stride()
+        call = (storage, offset, size, stride)
     set_layout(t, *call)
     return t
 
