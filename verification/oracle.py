@@ -30,8 +30,8 @@ Violation = Literal[
 
 @dataclass(frozen=True)
 class Finding:
-    """One ``violation`` of a checked property. ``index`` is the output or step index it concerns, if
-    any; ``kind`` (see :mod:`verification.finding_kinds`) says whom it blames."""
+    """One ``violation`` of a checked property. ``index`` is the output or step index it
+    concerns, if any; ``kind`` (see :mod:`verification.finding_kinds`) says whom it blames."""
 
     violation: Violation
     message: str
