@@ -15,14 +15,18 @@ class _Terminal(io.StringIO):
         return True
 
 
-def test_not_a_terminal_prints_one_plain_line_per_check():
+def test_not_a_terminal_prints_plain_lines_at_each_tenth_of_the_budget():
     stream = io.StringIO()
     with progress_bar(stream) as (start, advance):
-        start("fuzz", 10)
-        advance(3)
+        start("fuzz", 100)
+        for _ in range(25):
+            advance(1)
         start("sensitivity", None)
+        advance(1)
     assert stream.getvalue().splitlines() == [
-        "certify: running fuzz (up to 10 examples)",
+        "certify: running fuzz (up to 100 examples)",
+        "certify: fuzz 10/100",
+        "certify: fuzz 20/100",
         "certify: running sensitivity (up to ? examples)",
     ]
 
