@@ -17,6 +17,7 @@ from typing import NoReturn
 from verification.certify import certificate, write_certificate
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
 from verification.fuzz import CampaignConfig, CampaignResult, run_campaign, run_isolated
+from verification.mutation import command as mutate_command
 from verification.targets import DEFAULT_TARGET, load_target
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     certify = commands.add_parser("certify", help="fuzz a target and write a certificate")
     _common(certify, 200)
     certify.add_argument("--out", type=Path, default=Path("certificate"))
+    mutate_command.add_parser(commands, _count)
     return parser
 
 
@@ -142,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "fuzz":
             return _fuzz(args, argv)
+        if args.command == "mutate":
+            _writable_dir(args.report, "--report")
+            return mutate_command.run(args, argv)
         return _certify(args)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
