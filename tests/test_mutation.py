@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("cosmic_ray")
+
 from verification.cli import main
 from verification.devices import UsageError
 from verification.mutation import MutationConfig, run_mutation

@@ -23,18 +23,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import cosmic_ray.plugins
-from cosmic_ray.commands.init import init as cosmic_ray_init
-from cosmic_ray.mutating import use_mutation
-from cosmic_ray.work_db import WorkDB, use_db
-from cosmic_ray.work_item import MutationSpec, TestOutcome, WorkerOutcome, WorkResult
-
 import verification
 from verification.devices import UsageError
 from verification.mutation.equivalence import equivalence_hint
 from verification.mutation.operators import selected
 from verification.mutation.source import TargetSource, find_source
 from verification.mutation.stages import PYTHON, Stage, build_stages
+
+try:  # an optional extra: fuzz and certify work without it
+    import cosmic_ray.plugins
+    from cosmic_ray.commands.init import init as cosmic_ray_init
+    from cosmic_ray.mutating import use_mutation
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import MutationSpec, TestOutcome, WorkerOutcome, WorkResult
+except ImportError:  # pragma: no cover - depends on the environment
+    cosmic_ray = None
 
 _CANARY = 'raise ImportError("mutation canary: the scratch copy of the target was loaded")\n'
 
@@ -219,6 +222,8 @@ def _judge(worker: _Worker, spec: MutationSpec, relative: str) -> Mutant | None:
 
 def run_mutation(config: MutationConfig) -> MutationResult:
     """Runs the campaign; raises UsageError for a target or stage that cannot be used."""
+    if cosmic_ray is None:
+        raise UsageError("mutate needs cosmic-ray: pip install 'breakable-cudagraph[mutation]'")
     source = find_source(config.target)
     stages = build_stages(config.unit_tests, config.harness)
     if not stages:
