@@ -69,6 +69,13 @@ def test_budget_samples_that_many_mutants_reproducibly(toy: Path) -> None:
     assert [m.label for m in first.mutants] == [m.label for m in again.mutants]
 
 
+def test_line_filter_keeps_only_mutants_on_that_line(toy: Path) -> None:
+    result = run_mutation(_config(TOY_TESTS, lines=(("toy_target/__init__.py", 4),)))
+    assert result.mutants and {m.line for m in result.mutants} == {4}
+    with pytest.raises(UsageError, match="no mutant"):
+        run_mutation(_config(TOY_TESTS, lines=(("toy_target/__init__.py", 1),)))
+
+
 def test_stage_that_never_loads_the_scratch_copy_is_refused(toy: Path) -> None:
     # `true` passes on the canary copy that cannot import: it would call every mutant a
     # survivor, so the run refuses it before judging any mutant.

@@ -33,8 +33,23 @@ def add_parser(commands: argparse._SubParsersAction, count: Callable[[int], Call
     mutate.add_argument(
         "--no-harness", action="store_true", help="run only --unit-tests against the mutants"
     )
+    mutate.add_argument(
+        "--line",
+        action="append",
+        type=_place,
+        default=[],
+        metavar="FILE:LINE",
+        help="only mutants on this line (repeatable), e.g. breakable_cudagraph/arguments.py:70",
+    )
     mutate.add_argument("--min-score", type=float, default=0.0, help="exit 1 below this")
     mutate.add_argument("--report", type=Path, help="directory for mutation.{json,md}")
+
+
+def _place(text: str) -> tuple[str, int]:
+    file, _, line = text.rpartition(":")
+    if not file or not line.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not FILE:LINE")
+    return file, int(line)
 
 
 def config_from(args: argparse.Namespace, device: str) -> MutationConfig:
@@ -47,6 +62,7 @@ def config_from(args: argparse.Namespace, device: str) -> MutationConfig:
         examples=args.examples,
         unit_tests=args.unit_tests,
         harness=not args.no_harness,
+        lines=tuple(args.line),
         session=args.report / "session.sqlite" if args.report else None,
         progress=lambda text: print(text, flush=True),
     )

@@ -54,6 +54,8 @@ class MutationConfig:
     examples: int = 100
     unit_tests: str | None = None
     harness: bool = True
+    # Only mutants on these (file relative to the copy's root, line) places; empty: all.
+    lines: tuple[tuple[str, int], ...] = ()
     session: Path | None = None
     progress: Callable[[str], None] | None = None
 
@@ -170,6 +172,10 @@ def _enumerate(source: TargetSource, root: Path, session: Path) -> list[Mutation
     return sorted(specs, key=lambda s: (str(s.module_path), s.start_pos, s.operator_name))
 
 
+def _place(spec: MutationSpec, root: Path) -> tuple[str, int]:
+    return str(Path(spec.module_path).relative_to(root)), spec.start_pos[0]
+
+
 def _job_ids(session: Path) -> dict[tuple[str, str, int], str]:
     with use_db(str(session), WorkDB.Mode.open) as db:
         return {
@@ -244,6 +250,11 @@ def run_mutation(config: MutationConfig) -> MutationResult:
         enum_root = source.copy_to(scratch / "enumerate")
         specs = _enumerate(source, enum_root, session)
         ids = _job_ids(session)
+        if config.lines:
+            wanted = set(config.lines)
+            specs = [s for s in specs if _place(s, enum_root) in wanted]
+            if not specs:
+                raise UsageError(f"no mutant of {config.target} lies on {sorted(wanted)}")
         available = len(specs)
         if config.budget is not None and config.budget < available:
             specs = random.Random(config.seed).sample(specs, config.budget)
