@@ -34,7 +34,10 @@ HARNESS_STAGES: tuple[Stage, ...] = (
     ),
     Stage(
         "check all",
-        tuple("{python} -m verification check all --target {target} --device {device}".split()),
+        tuple(
+            "{python} -m verification check all --target {target} --device {device} "
+            "--seed {seed} --no-isolate".split()
+        ),
         needs_module="verification.properties",
     ),
 )
