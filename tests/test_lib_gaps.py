@@ -198,3 +198,9 @@ def test_one_byte_pool_tensor_passed_to_a_break_is_not_owned_by_the_capture(
     x.fill_(4)
     capture.replay()
     assert out.item() == 5
+
+
+@pytest.mark.parametrize("warmup", [True, -1, 1.5])
+def test_runner_rejects_a_warmup_that_is_not_a_count(bcg_device: str, warmup: object) -> None:
+    with pytest.raises(ValueError, match="warmup must be an int"):
+        BreakableGraphRunner(lambda x: x, warmup=warmup)  # type: ignore[arg-type]

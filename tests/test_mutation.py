@@ -121,4 +121,6 @@ def test_equivalence_hints_flag_reprs_and_overloads_but_not_plain_logic() -> Non
 
     assert equivalence_hint("AddNot", "    if x:", Spec()) == "changes only a repr"
     assert equivalence_hint("RemoveDecorator", "@overload", None) is not None
+    stub = "def f(fn: None = None, *, enable: bool = True) -> Callable[[F], F]: ..."
+    assert "stub" in (equivalence_hint("ReplaceTrueWithFalse", stub, None) or "")
     assert equivalence_hint("AddNot", "    if x < low:", None) is None

@@ -22,6 +22,10 @@ RULES: tuple[tuple[Callable[[str, str, str], bool], str], ...] = (
         "removes a typing-only @overload; the real definition follows it",
     ),
     (
+        lambda op, line, where: line.rstrip().endswith(": ..."),
+        "mutates a typing stub (an @overload whose body is ...); stubs never run",
+    ),
+    (
         lambda op, line, where: "hasattr(" in line and "add_note" in line,
         "a Python-version guard; every supported Python takes one branch only",
     ),
