@@ -204,3 +204,8 @@ def test_one_byte_pool_tensor_passed_to_a_break_is_not_owned_by_the_capture(
 def test_runner_rejects_a_warmup_that_is_not_a_count(bcg_device: str, warmup: object) -> None:
     with pytest.raises(ValueError, match="warmup must be an int"):
         BreakableGraphRunner(lambda x: x, warmup=warmup)  # type: ignore[arg-type]
+
+
+def test_decorator_takes_enable_only_by_keyword(bcg_device: str) -> None:
+    with pytest.raises(TypeError):
+        eager_break_during_capture(len, False)  # type: ignore[call-overload]
