@@ -21,6 +21,8 @@ from verification.checks import CertifyRun
 from verification.contracts import CONTRACTS, get_contract
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
 from verification.fuzz import CampaignConfig, CampaignResult, run_campaign, run_isolated
+from verification.mutation import command as mutate_command
+from verification.mutation.check import mutation_check
 from verification.progress import progress_bar
 from verification.targets import DEFAULT_TARGET, load_target
 
@@ -88,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="re-run the planted-bug targets of tests/ and record how many were found",
     )
+    certify.add_argument("--mutants", type=_count(1), help="add the harness's mutation score")
+    mutate_command.add_parser(commands, _count)
     return parser
 
 
@@ -168,6 +172,9 @@ def _certify(args: argparse.Namespace) -> int:
         if args.sensitivity:
             start_check("sensitivity", len(sensitivity.planted_targets() or []))
             found = sensitivity.measure(kind, args.seed, advance)
+        if args.mutants:
+            start_check("mutation", args.mutants)
+            results.append(mutation_check(run, args.mutants))
     for result in results:
         for finding, text in zip(result.findings, result.reproducers):
             print(f"FINDING {result.name} {finding.summary()}")
@@ -190,6 +197,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "fuzz":
             return _fuzz(args, argv)
+        if args.command == "mutate":
+            _writable_dir(args.report, "--report")
+            return mutate_command.run(args, argv)
         return _certify(args)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)

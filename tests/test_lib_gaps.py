@@ -1,0 +1,211 @@
+"""Behaviours that mutants of the library changed without any test noticing (issue 12).
+
+Each test pins one user-visible behaviour: conj views and tensor-free breaks as arguments,
+the pool kept alive by an all-empty capture, the caller's stream after a disabled capture,
+aborts of a failing ``capture_begin``, breaks from other threads, the runner's key and
+defaults, and how the empty-graph warning is filtered whatever the caller's filters are.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import warnings
+import weakref
+
+import pytest
+import torch
+
+from breakable_cudagraph import (
+    BreakableCUDAGraphCapture,
+    BreakableGraphRunner,
+    eager_break_during_capture,
+)
+
+
+@eager_break_during_capture
+def copy_into(out: torch.Tensor, src: torch.Tensor) -> None:
+    out.copy_(src)
+
+
+def test_conj_view_made_in_the_pool_keeps_its_conj_bit_at_replay(bcg_device: str) -> None:
+    x = torch.zeros(3, dtype=torch.complex64, device=bcg_device)
+    out = torch.empty_like(x)
+    with BreakableCUDAGraphCapture() as capture:
+        copy_into(out, (x * 1).conj())
+    x.copy_(torch.tensor([1 + 2j, 3 - 1j, -2j], device=bcg_device))
+    capture.replay()
+    assert torch.equal(out, x.conj())
+
+
+def test_break_without_tensor_arguments_is_recorded_and_replayed(bcg_device: str) -> None:
+    calls: list[int] = []
+
+    @eager_break_during_capture
+    def note(log: list[int], value: int) -> None:
+        log.append(value)
+
+    with BreakableCUDAGraphCapture() as capture:
+        note(calls, 7)
+    capture.replay()
+    assert calls == [7, 7]
+
+
+def test_all_empty_capture_keeps_its_pool_for_the_buffers_its_breaks_use(bcg_device: str) -> None:
+    x = torch.full((256,), 3.0, device=bcg_device)
+    out = torch.empty_like(x)
+    filled: list[bool] = []
+
+    @eager_break_during_capture
+    def fill_once(table: torch.Tensor) -> None:  # a lazily built table, written once
+        if not filled:
+            table.copy_(x)
+            filled.append(True)
+
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        table = torch.empty_like(x)  # pool memory; no kernel, so every segment is empty
+        fill_once(table)
+        copy_into(out, table)
+    del table
+    assert capture.num_graphs == 0
+    # A later capture empties the allocator's cache: the pool must survive it, so the
+    # table the breaks still read keeps what was written into it.
+    with BreakableCUDAGraphCapture():
+        torch.full((256,), 5.0, device=bcg_device)
+    capture.replay()
+    assert torch.equal(out, torch.full_like(x, 3.0))
+
+
+def test_disabled_capture_restores_the_callers_stream(bcg_device: str) -> None:
+    caller = torch.cuda.Stream()
+    with torch.cuda.stream(caller):
+        with BreakableCUDAGraphCapture(enabled=False):
+            assert torch.cuda.current_stream() != caller
+        assert torch.cuda.current_stream() == caller
+
+
+def test_failing_capture_begin_on_entry_aborts_and_next_capture_works(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_begin = torch.cuda.CUDAGraph.capture_begin
+    before = torch.cuda.current_stream()
+
+    def fail(self: torch.cuda.CUDAGraph, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("capture_begin failed")
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", fail)
+    with pytest.raises(RuntimeError, match="capture_begin failed"):
+        with BreakableCUDAGraphCapture():
+            pass
+    assert BreakableCUDAGraphCapture.current() is None
+    assert torch.cuda.current_stream() == before
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", real_begin)
+    x = torch.ones(2, device=bcg_device)
+    with BreakableCUDAGraphCapture() as capture:
+        y = x * 2
+    capture.replay()
+    assert torch.equal(y, torch.full_like(x, 2.0))
+
+
+def test_add_eager_from_another_thread_is_refused(bcg_device: str) -> None:
+    errors: list[BaseException] = []
+    with BreakableCUDAGraphCapture() as capture:
+
+        def other_thread() -> None:
+            try:
+                capture.add_eager(lambda: None)
+            except RuntimeError as error:
+                errors.append(error)
+
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert len(errors) == 1 and "this thread" in str(errors[0])
+    assert capture.num_eager_breaks == 0
+
+
+def test_runner_captures_again_when_only_a_keyword_value_changes(bcg_device: str) -> None:
+    def scaled(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return x * scale
+
+    runner = BreakableGraphRunner(scaled)
+    x = torch.ones(3, device=bcg_device)
+    assert torch.equal(runner(x, scale=3.0), torch.full_like(x, 3.0))
+    assert torch.equal(runner(x, scale=5.0), torch.full_like(x, 5.0))
+    assert len(runner.captures) == 2
+
+
+def test_runner_defaults_warm_up_once_and_do_not_check_addresses(bcg_device: str) -> None:
+    calls: list[int] = []
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return x + 1
+
+    runner = BreakableGraphRunner(fn)
+    out = runner(torch.ones(2, device=bcg_device))
+    assert len(calls) == 2  # one warm-up, one capture
+    out.set_(torch.zeros(2, device=bcg_device))  # debug=True would raise on this move
+    runner(torch.ones(2, device=bcg_device))
+
+
+@pytest.mark.parametrize("caller_filter", ["error", "ignore", "default"])
+def test_empty_graphs_are_dropped_silently_whatever_the_callers_warning_filter(
+    bcg_device: str, caller_filter: str
+) -> None:
+    x = torch.ones(2, device=bcg_device)
+    out = torch.empty_like(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter(caller_filter)
+        with BreakableCUDAGraphCapture() as capture:
+            copy_into(out, x)  # breaks first and last: both segments are empty
+            y = out * 2
+            copy_into(out, y)
+    assert capture.num_graphs == 1 and capture.num_eager_breaks == 2
+    assert not [w for w in caught if "empty" in str(w.message)]
+
+
+def test_other_warnings_from_capture_end_reach_the_caller(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_end = torch.cuda.CUDAGraph.capture_end
+
+    def warning_end(self: torch.cuda.CUDAGraph) -> None:
+        warnings.warn("from capture_end", UserWarning, stacklevel=1)
+        real_end(self)
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", warning_end)
+    x = torch.ones(2, device=bcg_device)
+    with pytest.warns(UserWarning, match="from capture_end"):
+        with BreakableCUDAGraphCapture():
+            x * 2
+
+
+def test_one_byte_pool_tensor_passed_to_a_break_is_not_owned_by_the_capture(
+    bcg_device: str,
+) -> None:
+    # The smallest real storage is still pool memory: only empty storages are held strongly.
+    x = torch.zeros(1, dtype=torch.uint8, device=bcg_device)
+    out = torch.zeros_like(x)
+    with BreakableCUDAGraphCapture() as capture:
+        y = x + 1
+        copy_into(out, y)
+    probe = weakref.ref(y)
+    del y
+    gc.collect()
+    assert probe() is None
+    x.fill_(4)
+    capture.replay()
+    assert out.item() == 5
+
+
+@pytest.mark.parametrize("warmup", [True, -1, 1.5])
+def test_runner_rejects_a_warmup_that_is_not_a_count(bcg_device: str, warmup: object) -> None:
+    with pytest.raises(ValueError, match="warmup must be an int"):
+        BreakableGraphRunner(lambda x: x, warmup=warmup)  # type: ignore[arg-type]
+
+
+def test_decorator_takes_enable_only_by_keyword(bcg_device: str) -> None:
+    with pytest.raises(TypeError):
+        eager_break_during_capture(len, False)  # type: ignore[call-overload]
