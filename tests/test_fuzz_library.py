@@ -1,4 +1,7 @@
-"""The fuzzer finds nothing wrong with the shipped library, nor with the PyPI package's adapter."""
+"""The fuzzer finds nothing wrong with the target (``--bcg-target``, default the shipped library),
+nor with the PyPI package's adapter. The budget is the profile's, cut into chunks that
+``--bcg-shard`` deals out to machines and xdist to workers.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +11,32 @@ import pytest
 
 from verification.devices import UsageError
 from verification.fuzz import CampaignConfig, run_campaign
+from verification.shard import FuzzChunk
 from verification.targets import load_target
 
 
-def test_fuzzer_finds_nothing_in_breakable_cudagraph(bcg_kind):
-    result = run_campaign(CampaignConfig(target="breakable_cudagraph", device=bcg_kind))
+def test_fuzzer_finds_nothing_in_the_target(bcg_target, bcg_kind, bcg_fuzz_chunk: FuzzChunk):
+    config = CampaignConfig(
+        target=bcg_target,
+        device=bcg_kind,
+        examples=bcg_fuzz_chunk.examples,
+        seed=bcg_fuzz_chunk.seed,
+    )
+    result = run_campaign(config)
     assert result.examples > 0
     assert not result.findings, "\n".join([result.findings[0].summary(), *result.reproducers])
 
 
-def test_fuzzer_finds_nothing_in_the_breakable_cuda_graphs_adapter(bcg_kind):
+def test_fuzzer_finds_nothing_in_the_breakable_cuda_graphs_adapter(
+    bcg_kind, bcg_fuzz_chunk: FuzzChunk
+):
     pytest.importorskip("breakable_cuda_graphs")
     target = "verification.targets.breakable_cuda_graphs"
     assert not load_target(target).supports_tensor_returns
-    result = run_campaign(CampaignConfig(target=target, device=bcg_kind))
+    config = CampaignConfig(
+        target=target, device=bcg_kind, examples=bcg_fuzz_chunk.examples, seed=bcg_fuzz_chunk.seed
+    )
+    result = run_campaign(config)
     assert not result.findings, "\n".join([result.findings[0].summary(), *result.reproducers])
 
 

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 import torch
 
 DEVICE_CHOICES = ("auto", "cuda", "sim")
+# What tests allocate on for each resolved kind: the simulator runs on CPU tensors.
+TORCH_DEVICE = {"cuda": "cuda", "sim": "cpu"}
 
 
 class UsageError(Exception):
@@ -35,9 +37,9 @@ def device_context(kind: str) -> Iterator[str]:
     """Yields the torch device to allocate on for a resolved ``kind``; ``sim`` holds the
     simulator open (CPU tensors) for the block."""
     if kind == "cuda":
-        yield "cuda"
+        yield TORCH_DEVICE[kind]
         return
     from verification.sim import simulated_cuda
 
     with simulated_cuda():
-        yield "cpu"
+        yield TORCH_DEVICE[kind]
