@@ -119,8 +119,9 @@ def _search(
     )
     examples = config.examples if config.examples is not None else settings.default.max_examples
 
-    @hypothesis_seed(config.seed)
+    # Settings outside the seed: @seed drops the database of the settings it wraps.
     @_hypothesis_settings(examples, config.database)
+    @hypothesis_seed(config.seed)
     @given(strategy, st.integers(0, 2**16))
     def example(program: Program, input_seed: int) -> None:
         counter[0] += 1

@@ -254,15 +254,15 @@ def _fail_unless_clean() -> None:
     problems = []
     if torch.cuda.is_current_stream_capturing():
         problems.append(
-            "a CUDA graph capture is still active on the current stream "
+            "a CUDA graph capture active on the current stream "
             "(end it with capture_end() or leave the capture's `with` block)"
         )
     if torch.cuda.current_stream() != torch.cuda.default_stream():
         # Restored so that the next test starts on the default stream.
         torch.cuda.set_stream(torch.cuda.default_stream())
         problems.append(
-            "a non-default stream was left current "
-            "(use `with torch.cuda.stream(s):` so that it is restored)"
+            "a non-default stream current "
+            "(switch with `with torch.cuda.stream(s):`, which restores the previous one)"
         )
     if problems:
         pytest.fail("the test left " + "; ".join(problems), pytrace=False)
