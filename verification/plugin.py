@@ -232,6 +232,12 @@ def bcg_target(pytestconfig: pytest.Config) -> str:
     return pytestconfig.stash[_STATE].target
 
 
+@pytest.fixture(scope="session")
+def bcg_shard(pytestconfig: pytest.Config) -> Shard:
+    """This run's ``--bcg-shard`` (``index``/``count``), for work that should run once per matrix."""
+    return pytestconfig.stash[_STATE].shard
+
+
 @pytest.fixture(autouse=True)
 def _bcg_device_scope(request: pytest.FixtureRequest) -> Iterator[None]:
     """Opens the device around tests using ``bcg_device`` (or marked ``gpu``) and fails a
