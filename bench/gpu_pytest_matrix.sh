@@ -3,7 +3,7 @@
 # with nvidia-smi sampled every second (per-GPU utilisation and memory, and which process
 # sits on which GPU), to show that with n GPUs worker i runs on GPU i mod n.
 # Usage, from the repo root: bench/gpu_pytest_matrix.sh [n0] [n2] [nauto]   (default: all)
-# Writes $OUT/pytest_matrix_<k>gpu.{json,tgz} (OUT defaults to ./gpu-out).
+# Writes $OUT/pytest_matrix_<k>gpu_<modes>.{json,tgz} (OUT defaults to ./gpu-out).
 # -n 0 runs a subset (N0_TESTS) to stay affordable: the whole suite is ~1100 tests.
 set -uo pipefail
 final="${OUT:-gpu-out}"
@@ -18,7 +18,8 @@ else
 fi
 n0_tests="${N0_TESTS:-tests/test_graph_semantics.py tests/test_lib_capture.py tests/test_lib_breaks.py tests/test_workers.py tests/test_fuzz_library.py}"
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
-tag="${gpus}gpu"
+modes="${*:-n0 n2 nauto}"
+tag="${gpus}gpu_${modes// /_}"
 nvidia-smi -L >"$out/gpus.txt"
 nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader,nounits \
   -l 1 >"$out/gpu_samples.csv" 2>&1 &
@@ -28,21 +29,19 @@ nvidia-smi --query-compute-apps=timestamp,gpu_uuid,pid,used_memory --format=csv,
 sampler_apps=$!
 trap 'kill $sampler_gpu $sampler_apps 2>/dev/null' EXIT
 : >"$out/runs.csv"
-for mode in "${@:-n0 n2 nauto}"; do
-  for m in $mode; do
-    case $m in
-      n0) args=(-n 0 $n0_tests) ;;
-      n2) args=(-n 2) ;;
-      nauto) args=(-n auto) ;;
-      *) echo "error: unknown mode $m (n0, n2, nauto)" >&2; exit 2 ;;
-    esac
-    start=$(date +%s.%N)
-    timeout 580 python3 -m pytest "${args[@]}" --bcg-device=cuda -q -p no:cacheprovider -rs \
-      >"$out/pytest_$m.log" 2>&1
-    rc=$?
-    end=$(date +%s.%N)
-    echo "$m,$rc,$start,$end,$(tail -n 1 "$out/pytest_$m.log" | tr ',' ';')" | tee -a "$out/runs.csv"
-  done
+for m in $modes; do
+  case $m in
+    n0) args=(-n 0 $n0_tests) ;;
+    n2) args=(-n 2) ;;
+    nauto) args=(-n auto) ;;
+    *) echo "error: unknown mode $m (n0, n2, nauto)" >&2; exit 2 ;;
+  esac
+  start=$(date +%s.%N)
+  timeout 580 python3 -m pytest "${args[@]}" --bcg-device=cuda -q -p no:cacheprovider -rs \
+    >"$out/pytest_$m.log" 2>&1
+  rc=$?
+  end=$(date +%s.%N)
+  echo "$m,$rc,$start,$end,$(tail -n 1 "$out/pytest_$m.log" | tr ',' ';')" | tee -a "$out/runs.csv"
 done
 sleep 2
 kill $sampler_gpu $sampler_apps 2>/dev/null

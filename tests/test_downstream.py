@@ -9,6 +9,7 @@ site-packages through a ``.pth`` line; the project itself comes only from the wh
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -106,10 +107,11 @@ def _build_wheel(tmp_path: Path) -> Path:
             source.mkdir(exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
     wheels = tmp_path / "wheels"
-    # setuptools builds wheels by itself from 70.1 on; older ones (a fresh 3.11 venv has
-    # 65.5) need pip's isolated build, which fetches a recent one.
+    # setuptools builds wheels by itself from 70.1 on, older ones with the wheel package;
+    # otherwise (a fresh 3.11 venv has setuptools 65.5 alone) pip's isolated build fetches both.
     modern = tuple(int(p) for p in setuptools.__version__.split(".")[:2]) >= (70, 1)
-    isolation = ["--no-build-isolation"] if modern else []
+    offline = modern or importlib.util.find_spec("wheel") is not None
+    isolation = ["--no-build-isolation"] if offline else []
     pip = [sys.executable, "-m", "pip", "-q", "wheel", "--no-deps", *isolation]
     _run([*pip, "-w", str(wheels), str(source)], tmp_path)
     (wheel,) = wheels.glob("breakable_cudagraph-*.whl")
