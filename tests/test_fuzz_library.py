@@ -1,5 +1,8 @@
-"""The fuzzer finds nothing wrong with the shipped library, and finds the PyPI package's
-published nested-op crash (a decorated op called inside a decorated op)."""
+"""The fuzzer finds nothing wrong with the target (``--bcg-target``, default the shipped
+library), and finds the PyPI package's published nested-op crash (a decorated op called inside
+a decorated op). The budget is the profile's, cut into chunks that ``--bcg-shard`` deals out
+to machines and xdist to workers.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +12,18 @@ import pytest
 
 from verification.devices import UsageError
 from verification.fuzz import CampaignConfig, run_campaign
+from verification.shard import FuzzChunk
 from verification.targets import load_target
 
 
-def test_fuzzer_finds_nothing_in_breakable_cudagraph(bcg_kind):
-    result = run_campaign(CampaignConfig(target="breakable_cudagraph", device=bcg_kind))
+def test_fuzzer_finds_nothing_in_the_target(bcg_target, bcg_kind, bcg_fuzz_chunk: FuzzChunk):
+    config = CampaignConfig(
+        target=bcg_target,
+        device=bcg_kind,
+        examples=bcg_fuzz_chunk.examples,
+        seed=bcg_fuzz_chunk.seed,
+    )
+    result = run_campaign(config)
     assert result.examples > 0
     assert not result.findings, "\n".join([result.findings[0].summary(), *result.reproducers])
 

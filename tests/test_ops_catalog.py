@@ -5,7 +5,6 @@ honest, and break ops run (also on NaN inputs) deterministically.
 
 from __future__ import annotations
 
-import importlib
 import random as pyrandom
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -292,14 +291,8 @@ def test_nested_break_decorates_both_outer_and_inner() -> None:
     assert calls == ["outer_twice", "inner_shrink", "inner_shrink"]
 
 
-def test_ops_run_with_the_inferred_meta_on_the_test_device(
-    bcg_kind: str, request: pytest.FixtureRequest
-) -> None:
-    if bcg_kind == "sim" and not hasattr(
-        importlib.import_module("verification.sim"), "simulated_cuda"
-    ):
-        pytest.skip("the CUDA simulator (verification.sim.simulated_cuda) is not written yet")
-    device = request.getfixturevalue("bcg_device")
+def test_ops_run_with_the_inferred_meta_on_the_test_device(bcg_device: str) -> None:
+    device = bcg_device
     failures = []
     for name, spec in sorted(ALL_OPS.items()):
         for metas in CANDIDATES[name][:2]:
@@ -327,7 +320,7 @@ def _first_params(spec: OpSpec, metas: tuple[TensorMeta, ...]) -> dict[str, Any]
     return found[0]
 
 
-@pytest.mark.gpu_only
+@pytest.mark.gpu
 @pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")  # pure view ops launch nothing
 @pytest.mark.parametrize("name", sorted(n for n, s in CAPTURABLE.items() if not s.rng))
 def test_capturable_op_replays_under_a_torch_cuda_graph_like_eager(

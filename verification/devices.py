@@ -13,6 +13,9 @@ from collections.abc import Iterator
 import torch
 
 DEVICE_CHOICES = ("auto", "cuda", "sim")
+# What tests allocate on for each resolved kind: the simulator's device tensors are
+# ``cuda`` tensors too, so code written for a GPU runs unchanged on it.
+TORCH_DEVICE = {"cuda": "cuda", "sim": "cuda"}
 
 
 class UsageError(Exception):
@@ -35,9 +38,9 @@ def device_context(kind: str) -> Iterator[str]:
     """Yields the torch device to allocate on for a resolved ``kind``; ``sim`` holds the
     simulator open for the block (its device tensors are ``cuda`` tensors too)."""
     if kind == "cuda":
-        yield "cuda"
+        yield TORCH_DEVICE[kind]
         return
     from verification.sim import simulated_cuda
 
     with simulated_cuda():
-        yield "cuda"
+        yield TORCH_DEVICE[kind]

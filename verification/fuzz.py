@@ -25,10 +25,12 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
+from hypothesis.database import ExampleDatabase
 from hypothesis.errors import FlakyFailure
 
 from verification.devices import device_context, resolve_device
 from verification.finding_kinds import HARNESS_ERROR
+from verification.exampledb import shared_database
 from verification.ops.spec import OpSpec
 from verification.oracle import Finding, InvalidProgram, check_program
 from verification.programs import Program, programs
@@ -38,7 +40,11 @@ from verification.targets import DEFAULT_TARGET, Target, load_target
 
 @dataclass
 class CampaignConfig:
-    """What to fuzz and how hard. ``examples=None`` takes the loaded hypothesis profile's."""
+    """What to fuzz and how hard. ``examples=None`` takes the loaded hypothesis profile's.
+
+    ``database`` (default: ``BCG_HYPOTHESIS_DB``'s, else none) keeps shrunk findings, which
+    every later campaign using it replays before generating new programs.
+    """
 
     target: str | Any = DEFAULT_TARGET
     device: str = "auto"
@@ -52,6 +58,7 @@ class CampaignConfig:
     ops: Sequence[OpSpec] | None = None
     # None: the contract the target declares.
     contract: str | None = None
+    database: ExampleDatabase | None = field(default_factory=shared_database)
 
     def command(self, target_name: str, device_kind: str) -> str:
         examples = self.examples if self.examples is not None else settings.default.max_examples
@@ -97,10 +104,10 @@ class _Found(Exception):
         self.finding = finding
 
 
-def _hypothesis_settings(examples: int) -> settings:
+def _hypothesis_settings(examples: int, database: ExampleDatabase | None) -> settings:
     return settings(
         max_examples=examples,
-        database=None,
+        database=database,
         deadline=None,
         report_multiple_bugs=False,
         verbosity=Verbosity.quiet,
@@ -145,8 +152,9 @@ def _search(
     )
     examples = config.examples if config.examples is not None else settings.default.max_examples
 
+    # Settings outside the seed: @seed drops the database of the settings it wraps.
+    @_hypothesis_settings(examples, config.database)
     @hypothesis_seed(config.seed)
-    @_hypothesis_settings(examples)
     @given(strategy, st.integers(0, 2**16))
     def example(program: Program, input_seed: int) -> None:
         counter[0] += 1
