@@ -29,8 +29,8 @@ from hypothesis.database import ExampleDatabase
 from hypothesis.errors import FlakyFailure
 
 from verification.devices import device_context, resolve_device
-from verification.finding_kinds import HARNESS_ERROR
 from verification.exampledb import shared_database
+from verification.finding_kinds import HARNESS_ERROR
 from verification.ops.spec import OpSpec
 from verification.oracle import Finding, InvalidProgram, check_program
 from verification.programs import Program, programs
