@@ -278,7 +278,8 @@ class BreakableCUDAGraphCapture:
             call: Callable[[], Any] = functools.partial(fn, *args, **kwargs)
         else:
             call = fn
-        static_result = hold_for_replay(result, self._pool_memory)
+        # Most breaks return None: skip the tree walk of holding a result (capture cost, #9).
+        static_result = None if result is None else hold_for_replay(result, self._pool_memory)
         self._segments.append(EagerStep(name, call, static_result))
 
     # ---- replay and teardown -----------------------------------------------------------------

@@ -64,7 +64,7 @@ class EagerStep:
         self.static_result = static_result
         # Most breaks write into buffers and return None; for them replay skips walking the
         # result, which would cost more than the call itself (issue #9).
-        self._returns_tensors = bool(tensor_leaves(static_result))
+        self._returns_tensors = static_result is not None and bool(tensor_leaves(static_result))
 
     def replay(self) -> None:
         call = self.call
