@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+import breakable_cudagraph as bcg
 from bench.minimal import MinimalCapture
 
 SCALE = 1.0001
@@ -73,8 +74,6 @@ def _torch_graph(x0: torch.Tensor, ops: int, cuts: set[int]) -> Built:
 
 
 def _library(x0: torch.Tensor, ops: int, cuts: set[int]) -> Built:
-    import breakable_cudagraph as bcg
-
     brk = bcg.eager_break_during_capture(eager_op)
     capture = bcg.BreakableCUDAGraphCapture()
     with capture:

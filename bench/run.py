@@ -20,7 +20,7 @@ from bench import micro, report, targets, transformer
 from verification.devices import UsageError, device_context, resolve_device
 
 ROOT = Path(__file__).resolve().parent.parent
-QUICK = {"ops": 17, "breaks": [0, 1, 2, 16], "numel": 256, "rounds": 2, "n": 2, "batches": [1, 2]}
+QUICK = {"ops": 9, "breaks": [0, 1, 4], "numel": 256, "rounds": 2, "n": 2, "batches": [1]}
 QUICK_MODEL = transformer.Config(layers=2, d_model=32, heads=2, ffn=64, vocab=64, seq_len=8)
 
 

@@ -59,7 +59,7 @@ def judge(micro: dict[str, Any], floor: dict[str, float]) -> list[dict[str, Any]
             _record("per-break overhead: library / floor", k, lib[k] / floor["floor_s"], 1.05, True)
         )
     for k, r in sorted(by_k.items()):
-        if k >= 64:
+        if k >= 64 and "library_capture_s" in r and "minimal_capture_s" in r:
             out.append(
                 _record(
                     "capture: library / minimal",
