@@ -102,7 +102,7 @@ def _plots(out: Path, micro: dict[str, Any], floor: dict[str, float], targets: l
     written = []
     fig, ax = plt.subplots(figsize=(6, 4))
     for t in targets:
-        if t == "torch_graph":
+        if t in ("eager", "torch_graph"):  # eager's whole body is eager: off the scale
             continue
         overhead = per_break_overhead(rows, t)
         if overhead:
