@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
-import pytest
+from bench import targets
 
-from bench import run, targets
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_quick_benchmark_runs_on_the_simulator_and_writes_its_results(tmp_path: Path) -> None:
-    assert run.main(["--quick", "--device", "sim", "--out", str(tmp_path)]) == 0
+    # Child processes, and only bench.targets imported here: importing bench.transformer in
+    # a worker made tests/test_planted_bugs.py's nested-break campaign draw other programs.
+    command = [sys.executable, "-m", "bench", "--quick", "--device", "sim", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((tmp_path / "bench.json").read_text())
     rows = result["micro"]["rows"]
     assert [r["breaks"] for r in rows] == [0, 1, 4]
@@ -21,9 +27,11 @@ def test_quick_benchmark_runs_on_the_simulator_and_writes_its_results(tmp_path: 
     assert "## Targets" in (tmp_path / "bench.md").read_text()
 
 
-def test_bad_arguments_exit_2_with_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run.main(["--device", "sim", "--breaks", "0", "300", "--ops", "257"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+def test_bad_arguments_exit_2_with_one_error_line() -> None:
+    command = [sys.executable, "-m", "bench", "--device", "sim", "--breaks", "0", "300"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    err = done.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
 
 
