@@ -81,14 +81,19 @@ def non_owning_alias(tensor: torch.Tensor) -> torch.Tensor:
 
 def hold_for_replay(tree: Any, pool_memory: PoolMemory) -> Any:
     """``tree`` with pool tensors replaced by non-owning aliases and the rest held as they are."""
-    candidates = [t for t in tensor_leaves(tree) if _aliasable(t)]
+    # Keyed by id: the tree keeps every leaf alive meanwhile, and each tensor is inspected
+    # once (the walk is most of a break's capture cost, issue #9).
+    candidates = {
+        id(t): (t, t.untyped_storage().data_ptr()) for t in tensor_leaves(tree) if _aliasable(t)
+    }
     if not candidates:
         return tree
-    in_pool = pool_memory.addresses_in_pool(t.untyped_storage().data_ptr() for t in candidates)
+    in_pool = pool_memory.addresses_in_pool(address for _, address in candidates.values())
+    aliased = {key for key, (_, address) in candidates.items() if address in in_pool}
+    if not aliased:
+        return tree  # nothing to replace: map_tensors would return tree itself
 
     def hold(tensor: torch.Tensor) -> torch.Tensor:
-        if _aliasable(tensor) and tensor.untyped_storage().data_ptr() in in_pool:
-            return non_owning_alias(tensor)
-        return tensor
+        return non_owning_alias(tensor) if id(tensor) in aliased else tensor
 
     return map_tensors(tree, hold)

@@ -97,6 +97,8 @@ class BreakableCUDAGraphCapture:
         self._requested_stream = stream
         self._state = _State.NEW
         self._segments: list[GraphSegment | EagerStep] = []
+        # What replay() calls, bound once when the capture closes: one Python call per step.
+        self._replay_calls: list[Callable[[], None]] = []
         # Empty graphs are kept until the capture closes: resetting one mid-capture could drop
         # the pool's last user while the pool still has live allocations.
         self._empty_graphs: list[torch.cuda.CUDAGraph] = []
@@ -198,6 +200,9 @@ class BreakableCUDAGraphCapture:
         thread_state.set_active_capture(None)
         self._state = _State.CAPTURED
         self._settle_empty_graphs()
+        self._replay_calls = [
+            s.graph.replay if isinstance(s, GraphSegment) else s.replay for s in self._segments
+        ]
         return False
 
     # ---- breaks ------------------------------------------------------------------------------
@@ -273,7 +278,8 @@ class BreakableCUDAGraphCapture:
             call: Callable[[], Any] = functools.partial(fn, *args, **kwargs)
         else:
             call = fn
-        static_result = hold_for_replay(result, self._pool_memory)
+        # Most breaks return None: skip the tree walk of holding a result (capture cost, #9).
+        static_result = None if result is None else hold_for_replay(result, self._pool_memory)
         self._segments.append(EagerStep(name, call, static_result))
 
     # ---- replay and teardown -----------------------------------------------------------------
@@ -283,8 +289,8 @@ class BreakableCUDAGraphCapture:
             raise RuntimeError(
                 f"cannot replay this BreakableCUDAGraphCapture: {_REPLAY_REFUSALS[self._state]}"
             )
-        for segment in self._segments:
-            segment.replay()
+        for call in self._replay_calls:
+            call()
 
     def reset(self) -> None:
         """Free the graphs and drop every held reference; the capture can no longer replay."""
@@ -335,6 +341,7 @@ class BreakableCUDAGraphCapture:
         for graph in self._empty_graphs:
             graph.reset()
         self._segments.clear()
+        self._replay_calls.clear()
         self._empty_graphs.clear()
         self._eager_step_error = None
 

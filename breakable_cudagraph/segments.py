@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from .thread_state import eager_step_running
+from .thread_state import enter_eager_step, exit_eager_step
 from .trees import tensor_leaves
 
 _EMPTY_GRAPH_WARNING = "The CUDA Graph is empty"
@@ -62,17 +62,26 @@ class EagerStep:
         self.name = name
         self.call: Callable[[], Any] | None = call
         self.static_result = static_result
+        # Most breaks write into buffers and return None; for them replay skips walking the
+        # result, which would cost more than the call itself (issue #9).
+        self._returns_tensors = static_result is not None and bool(tensor_leaves(static_result))
 
     def replay(self) -> None:
-        if self.call is None:
+        call = self.call
+        if call is None:
             raise RuntimeError(f"eager step {self.name} was released; capture again")
-        with eager_step_running():
-            result = self.call()
-        copy_result_back(self.name, self.static_result, result)
+        enter_eager_step()
+        try:
+            result = call()
+        finally:
+            exit_eager_step()
+        if result is not None or self._returns_tensors:
+            copy_result_back(self.name, self.static_result, result)
 
     def release(self) -> None:
         self.call = None
         self.static_result = None
+        self._returns_tensors = False
 
     def __repr__(self) -> str:
         return f"EagerStep({self.name})"

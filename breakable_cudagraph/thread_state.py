@@ -29,10 +29,23 @@ def in_eager_step() -> bool:
     return getattr(_state, "eager_depth", 0) > 0
 
 
+def enter_eager_step() -> None:
+    """Mark an eager step running; pair with :func:`exit_eager_step` in a ``finally``.
+
+    Plain functions rather than a context manager: replay calls them once per break, and a
+    generator-based context manager costs more than a short eager step itself.
+    """
+    _state.eager_depth = getattr(_state, "eager_depth", 0) + 1
+
+
+def exit_eager_step() -> None:
+    _state.eager_depth -= 1
+
+
 @contextmanager
 def eager_step_running() -> Iterator[None]:
-    _state.eager_depth = getattr(_state, "eager_depth", 0) + 1
+    enter_eager_step()
     try:
         yield
     finally:
-        _state.eager_depth -= 1
+        exit_eager_step()

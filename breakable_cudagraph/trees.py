@@ -62,28 +62,50 @@ _CONTAINERS: tuple[
 )
 
 
+_Kind = tuple[Callable[[Any], list[Any]], Callable[[Any, list[Any]], Any]]
+
+# Exact builtin types answered by one lookup: every break's arguments are walked at capture,
+# and the predicate chain costs more than the rest of holding them (issue #9). Subclasses
+# (namedtuples, defaultdicts) still go through _CONTAINERS.
+_EXACT: dict[type, _Kind | None] = {
+    tuple: (list, _rebuild_sequence),
+    list: (list, _rebuild_sequence),
+    dict: (lambda tree: list(tree.values()), _rebuild_dict),
+    **{atom: None for atom in (type(None), bool, int, float, str, bytes)},
+}
+
+
+def _kind(tree: Any) -> _Kind | None:
+    kind = _EXACT.get(type(tree), False)
+    if kind is not False:
+        return kind
+    for is_container, list_children, rebuild in _CONTAINERS:
+        if is_container(tree):
+            return list_children, rebuild
+    return None
+
+
 def children(tree: Any) -> list[Any] | None:
     """The direct children of a recognised container, or None for a leaf."""
-    for is_container, list_children, _ in _CONTAINERS:
-        if is_container(tree):
-            return list_children(tree)
-    return None
+    kind = _kind(tree)
+    return None if kind is None else kind[0](tree)
 
 
 def map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     """A copy of ``tree`` with each tensor ``t`` replaced by ``fn(t)``; leaves are shared."""
     if isinstance(tree, torch.Tensor):
         return fn(tree)
-    for is_container, list_children, rebuild in _CONTAINERS:
-        if is_container(tree):
-            old = list_children(tree)
-            new = [map_tensors(child, fn) for child in old]
-            # Unchanged containers are returned as themselves, so a function that mutates a
-            # container argument (appends to a list, say) keeps doing so at replay.
-            if all(a is b for a, b in zip(old, new)):
-                return tree
-            return rebuild(tree, new)
-    return tree
+    kind = _kind(tree)
+    if kind is None:
+        return tree
+    list_children, rebuild = kind
+    old = list_children(tree)
+    new = [map_tensors(child, fn) for child in old]
+    # Unchanged containers are returned as themselves, so a function that mutates a
+    # container argument (appends to a list, say) keeps doing so at replay.
+    if all(a is b for a, b in zip(old, new)):
+        return tree
+    return rebuild(tree, new)
 
 
 def tensor_leaves(tree: Any) -> list[torch.Tensor]:

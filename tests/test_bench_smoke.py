@@ -1,0 +1,60 @@
+"""The benchmark entry point runs on the simulator and its target judge flags a miss."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import targets
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_quick_benchmark_runs_on_the_simulator_and_writes_its_results(tmp_path: Path) -> None:
+    # Child processes, and only bench.targets imported here: importing bench.transformer in
+    # a worker made tests/test_planted_bugs.py's nested-break campaign draw other programs.
+    command = [sys.executable, "-m", "bench", "--quick", "--device", "sim", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "bench.json").read_text())
+    rows = result["micro"]["rows"]
+    assert [r["breaks"] for r in rows] == [0, 1, 4]
+    for name in result["targets"]:
+        assert all(r[f"{name}_correct"] for r in rows), name
+    assert all(r["library_correct"] for r in result["transformer"]["rows"])
+    assert "## Targets" in (tmp_path / "bench.md").read_text()
+
+
+def test_bad_arguments_exit_2_with_one_error_line() -> None:
+    command = [sys.executable, "-m", "bench", "--device", "sim", "--breaks", "0", "300"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    err = done.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def _rows(library_per_break_s: float) -> dict:
+    base = 100e-6
+    return {
+        "rows": [
+            {
+                "breaks": k,
+                "torch_graph_synced_s": base,
+                "library_synced_s": base + k * library_per_break_s,
+                "minimal_synced_s": base + k * 10e-6,
+            }
+            for k in (0, 1, 256)
+        ]
+    }
+
+
+def test_judge_flags_per_break_overhead_above_the_minimal_reference() -> None:
+    floor = {"floor_s": 10e-6}
+    slow = {(v["target"], v["breaks"]): v["met"] for v in targets.judge(_rows(20e-6), floor)}
+    fast = {(v["target"], v["breaks"]): v["met"] for v in targets.judge(_rows(10e-6), floor)}
+    assert slow[("per-break overhead: library / minimal", 256)] is False
+    assert slow[("per-break overhead: library / floor", 256)] is False
+    assert fast[("per-break overhead: library / minimal", 256)] is True
+    assert fast[("per-break overhead: library / floor", 256)] is True
