@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,8 +48,15 @@ class CampaignConfig:
     report_dir: Path | None = None
     program_file: Path | None = None
     ops: Sequence[OpSpec] | None = None
+    # Set by front ends that draw programs their own way (``fuzz-op``): the program
+    # strategy, a hook seeing each program run, and the command its reproducers name.
+    strategy: st.SearchStrategy[Program] | None = None
+    observe: Callable[[Program], None] | None = None
+    command_line: str | None = None
 
     def command(self, target_name: str, device_kind: str) -> str:
+        if self.command_line is not None:
+            return self.command_line
         examples = self.examples if self.examples is not None else settings.default.max_examples
         return (
             f"python -m verification fuzz --target {target_name} --device {device_kind} "
@@ -104,7 +111,7 @@ def _hypothesis_settings(examples: int) -> settings:
 def _search(
     config: CampaignConfig, target: Target, device: str, counter: list[int]
 ) -> Finding | None:
-    strategy = programs(
+    strategy = config.strategy if config.strategy is not None else programs(
         max_ops=config.max_ops,
         max_breaks=config.max_breaks,
         ops=config.ops,
@@ -117,6 +124,8 @@ def _search(
     @given(strategy, st.integers(0, 2**16))
     def example(program: Program, input_seed: int) -> None:
         counter[0] += 1
+        if config.observe is not None:
+            config.observe(program)
         if config.program_file is not None:
             config.program_file.write_bytes(pickle.dumps((program, input_seed)))
         finding = check_program(program, target, device, input_seed, config.replays, config.ops)
