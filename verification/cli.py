@@ -1,4 +1,4 @@
-"""Command line: ``python -m verification fuzz ...`` and ``python -m verification certify ...``.
+"""Command line: ``python -m verification fuzz|fuzz-op|certify ...``.
 
 Exit status 0 means nothing was found, 1 that a property was violated (a reproducer is
 printed), 2 a usage error, printed as one ``error: ...`` line on stderr. ``certify`` runs
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from verification import fuzz_op
 from verification.certify import certificate, write_certificate
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
 from verification.fuzz import CampaignConfig, CampaignResult, run_campaign, run_isolated
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run in a child process so that a crash becomes a finding (default: on for cuda)",
     )
     fuzz.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
+    fuzz_op.add_parser(commands, _common)
     certify = commands.add_parser("certify", help="fuzz a target and write a certificate")
     _common(certify, 200)
     certify.add_argument("--out", type=Path, default=Path("certificate"))
@@ -142,6 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "fuzz":
             return _fuzz(args, argv)
+        if args.command == "fuzz-op":
+            return fuzz_op.run(args, argv)
         return _certify(args)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
