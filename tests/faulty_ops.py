@@ -33,7 +33,7 @@ _HOST: dict[str, list[int]] = {}
 
 def frozen_lengths(x: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor) -> None:
     # Host lengths cached on the first call (the capture): replay uses stale lengths.
-    host = _HOST.setdefault("lengths", lengths.tolist())
+    host = _HOST.setdefault(f"lengths{lengths.numel()}", lengths.tolist())
     keep = torch.tensor([min(max(int(n), 0), x.numel()) for n in host], device=x.device)
     out.copy_(x * keep.to(x.dtype))
 
@@ -43,7 +43,7 @@ _STASH: dict[str, torch.Tensor] = {}
 
 def stashed_scale(x: torch.Tensor, out: torch.Tensor) -> None:
     # A tensor made on the first call (the capture) is kept and read by every later call.
-    scaled = _STASH.setdefault("scaled", x * 2)
+    scaled = _STASH.setdefault(f"scaled{x.numel()}", x * 2)
     out.copy_(scaled)
 
 
@@ -95,3 +95,19 @@ FAULTY: dict[str, str] = {
     "SYNCHRONIZES": "concurrent capture",
     "ALLOCATES_IN_CAPTURE": "concurrent capture",
 }
+
+
+_BY_ADDRESS: dict[tuple[int, int], list[int]] = {}
+
+
+def lengths_by_address(x: torch.Tensor, lengths: torch.Tensor, out: torch.Tensor) -> None:
+    # Host lengths cached per buffer address: a replay (same buffers) reuses the capture's.
+    host = _BY_ADDRESS.setdefault((lengths.data_ptr(), lengths.numel()), lengths.tolist())
+    keep = torch.tensor([min(max(int(n), 0), x.numel()) for n in host], device=x.device)
+    out.copy_(x * keep.to(x.dtype))
+
+
+FROZEN_BY_ADDRESS = _spec(
+    lengths_by_address, x=_X, lengths=TensorArg(("n",), torch.int64, low=0, high="n"), out=_OUT
+)
+FAULTY["FROZEN_BY_ADDRESS"] = "no state across calls"

@@ -111,11 +111,15 @@ def _hypothesis_settings(examples: int) -> settings:
 def _search(
     config: CampaignConfig, target: Target, device: str, counter: list[int]
 ) -> Finding | None:
-    strategy = config.strategy if config.strategy is not None else programs(
-        max_ops=config.max_ops,
-        max_breaks=config.max_breaks,
-        ops=config.ops,
-        allow_tensor_returns=target.supports_tensor_returns,
+    strategy = (
+        config.strategy
+        if config.strategy is not None
+        else programs(
+            max_ops=config.max_ops,
+            max_breaks=config.max_breaks,
+            ops=config.ops,
+            allow_tensor_returns=target.supports_tensor_returns,
+        )
     )
     examples = config.examples if config.examples is not None else settings.default.max_examples
 

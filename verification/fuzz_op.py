@@ -177,7 +177,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         try:
             args.report.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise UsageError(f"--report {args.report}: cannot create directory ({error.strerror})")
+            raise UsageError(
+                f"--report {args.report}: cannot create directory ({error.strerror})"
+            ) from None
     config, coverage = campaign_config(args, users, target, kind)
     isolate = args.isolate if args.isolate is not None else kind == "cuda"
     if isolate:

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from verification.opprograms import _producer, draw_metas
+from verification.ops.spec import TensorMeta
 from verification.opspec import BreakOpSpec, LoadedSpec
 from verification.oracle import Tolerance, compare
-from verification.ops.spec import TensorMeta
 from verification.programs import input_expr
 
 

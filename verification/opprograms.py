@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.ops.spec import OpSpec, Params, TensorMeta
 from verification.opspec import (
     Binding,
     BreakOpSpec,
@@ -27,7 +28,6 @@ from verification.opspec import (
     resolve_bound,
     resolve_shape,
 )
-from verification.ops.spec import OpSpec, Params, TensorMeta
 from verification.programs import Program, Step, default_ops, programs
 
 POSITIONS = ("first", "last", "adjacent", "nested", "middle")
@@ -164,7 +164,7 @@ def user_op(loaded: LoadedSpec) -> UserOp:
         _infer_for(spec),
         f"{nested_entry}({placeholders}{kwargs})",
         source=source
-        + f"_inner = eager_break_during_capture(_spec.call)\n\n\n"
+        + "_inner = eager_break_during_capture(_spec.call)\n\n\n"
         + "@eager_break_during_capture\n"
         + f"def {nested_entry}(*tensors, **params):\n"
         + "    # the op called inside another eager break\n"
@@ -227,10 +227,10 @@ def _call_chain(
     env = list(metas)
     steps: list[Step] = []
     args: list[int] = []
-    for index, (name, arg) in enumerate(spec.args.items()):
+    for index, arg in enumerate(spec.args.values()):
         # Breaks first in the program need every producer eager (or none at all).
         modes = [] if arg.bounded else ["raw"]
-        if where != "first" or not modes and not allow_tensor_returns:
+        if where != "first" or (not modes and not allow_tensor_returns):
             modes.append("captured")
         if allow_tensor_returns:
             modes.append("eager")
@@ -280,7 +280,9 @@ def _with_drops(steps: list[Step], outputs: Sequence[int]) -> tuple[Step, ...]:
     )
 
 
-def splice(base: Program, chains: Sequence[tuple[int, Program]], table: dict[str, OpSpec]) -> Program:
+def splice(
+    base: Program, chains: Sequence[tuple[int, Program]], table: dict[str, OpSpec]
+) -> Program:
     """``base`` with each chain's steps inserted before base step ``position``, renumbered."""
     inputs = list(base.inputs)
     chain_inputs = []

@@ -135,14 +135,18 @@ def _shape_problem(spec: BreakOpSpec) -> str | None:
         if isinstance(arg.dtype, str):
             earlier = list(spec.args)[: list(tensors).index(name)]
             if arg.dtype not in earlier or isinstance(spec.args[arg.dtype].dtype, str):
-                return f"{name!r} has dtype {arg.dtype!r}: name an earlier argument with its own dtype"
+                return (
+                    f"{name!r} has dtype {arg.dtype!r}: name an earlier argument with its own dtype"
+                )
         elif not arg.dtypes:
             return f"argument {name!r} declares no dtype"
         for d in arg.shape:
             if isinstance(d, str) and d not in spec.dims:
                 return f"shapes cannot be satisfied: {name!r} uses dim {d!r}, which dims does not declare"
             if isinstance(d, int) and d < 1:
-                return f"shapes cannot be satisfied: {name!r} has size {d}; sizes must be at least 1"
+                return (
+                    f"shapes cannot be satisfied: {name!r} has size {d}; sizes must be at least 1"
+                )
             if name == "<return>" and isinstance(d, str) and d not in arg_dims:
                 return f"the return shape uses dim {d!r}, which no argument's shape determines"
         for bound in (arg.low, arg.high):
@@ -160,7 +164,9 @@ def _shape_problem(spec: BreakOpSpec) -> str | None:
             low, high = resolve_bound(arg.low, binding), resolve_bound(arg.high, binding)
             if low is not None and high is not None and low > high:
                 where = ", ".join(f"{k}={v}" for k, v in binding.items())
-                return f"shapes cannot be satisfied: values of {name!r} need {low} <= {high} ({where})"
+                return (
+                    f"shapes cannot be satisfied: values of {name!r} need {low} <= {high} ({where})"
+                )
     return None
 
 
