@@ -61,6 +61,7 @@ def _campaign_args(ref: str, kind: str, **extra) -> argparse.Namespace:
     values = dict(
         specs=[ref],
         target="breakable_cudagraph",
+        contract=None,
         device=kind,
         examples=None,
         seed=0,

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from verification.contracts import get_contract
 from verification.devices import UsageError, device_context, resolve_device
 from verification.fuzz import CampaignConfig, CampaignResult, run_campaign, run_isolated
 from verification.opcontract import Violation, diagnose
@@ -41,7 +42,7 @@ def add_parser(commands: argparse._SubParsersAction, common: Callable[..., None]
         description=__doc__,
     )
     parser.add_argument("specs", nargs="+", metavar="MODULE:SPEC", help="a BreakOpSpec")
-    common(parser, 100)
+    common(parser, True)
     parser.set_defaults(max_ops=DEFAULT_MAX_OPS, max_breaks=DEFAULT_MAX_BREAKS)
     parser.add_argument("--report", type=Path, help="directory for reproducer scripts")
     parser.add_argument(
@@ -55,14 +56,8 @@ def add_parser(commands: argparse._SubParsersAction, common: Callable[..., None]
 
 
 def load_user_ops(refs: Sequence[str], target: Target) -> list[UserOp]:
-    """Loads each ``MODULE:SPEC``; a spec the target cannot run is a usage error."""
+    """Loads each ``MODULE:SPEC``; two specs of the same name are a usage error."""
     users = [user_op(load_spec(ref)) for ref in refs]
-    for user in users:
-        if isinstance(user.spec.returns, TensorArg) and not target.supports_tensor_returns:
-            raise UsageError(
-                f"op spec {user.loaded.ref} returns a fresh tensor, which target "
-                f"{target.name} rejects from breaks; write it into a declared output instead"
-            )
     names = [u.direct.name for u in users]
     if len(set(names)) != len(names):
         raise UsageError(f"two op specs share a name: {', '.join(names)}; set name= on one")
@@ -118,7 +113,7 @@ def command_line(args: argparse.Namespace, target: Target, kind: str) -> str:
     """The ``fuzz-op`` command that reruns this campaign (and so reproduces its finding)."""
     return (
         f"python -m verification fuzz-op {' '.join(shlex.quote(s) for s in args.specs)} "
-        f"--target {target.name} --device {kind} --seed {args.seed} --examples {args.examples} "
+        f"--target {target.name} --contract {target.contract.name} --device {kind} --seed {args.seed} --examples {args.examples} "
         f"--max-ops {args.max_ops} --max-breaks {args.max_breaks} --replays {args.replays}"
     )
 
@@ -137,12 +132,13 @@ def campaign_config(
         replays=args.replays,
         report_dir=args.report,
         program_file=args.program_file,
+        contract=args.contract,
         ops=op_catalog(users),
         strategy=op_programs(
             users,
             max_ops=args.max_ops,
             max_breaks=args.max_breaks,
-            allow_tensor_returns=target.supports_tensor_returns,
+            contract=target.contract,
         ),
         observe=coverage.observe,
         command_line=command_line(args, target, kind),
@@ -150,13 +146,32 @@ def campaign_config(
     return config, coverage
 
 
+def _return_under(user: UserOp, target: Target) -> list[Violation]:
+    """A declared fresh return, when the target's contract never refreshes returns."""
+    if not isinstance(user.spec.returns, TensorArg) or target.contract.refreshes_returns:
+        return []
+    return [
+        Violation(
+            "declared return",
+            f"it returns a fresh tensor, and target {target.name} is judged by the "
+            f"{target.contract.name} contract, under which a returned tensor is never refreshed "
+            f"at replay: graph segments after the break would read capture-time values. Write "
+            f"the result into a caller-provided buffer declared in writes=.",
+        )
+    ]
+
+
 def contract_violations(
-    users: Sequence[UserOp], kind: str, examples: int, seed: int
+    users: Sequence[UserOp], target: Target, kind: str, examples: int, seed: int
 ) -> dict[str, list[Violation]]:
+    """Each op's broken contract parts: the checks of :mod:`verification.opcontract`."""
     if examples <= 0:
-        return {}
+        return {u.loaded.ref: _return_under(u, target) for u in users}
     with device_context(kind) as device:
-        return {u.loaded.ref: diagnose(u.loaded, device, examples, seed) for u in users}
+        return {
+            u.loaded.ref: _return_under(u, target) + diagnose(u.loaded, device, examples, seed)
+            for u in users
+        }
 
 
 def _print_campaign(result: CampaignResult) -> None:
@@ -171,7 +186,9 @@ def _print_campaign(result: CampaignResult) -> None:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     kind = resolve_device(args.device)
-    target = load_target(args.target)
+    if args.contract is not None:
+        get_contract(args.contract)
+    target = load_target(args.target, args.contract)
     users = load_user_ops(args.specs, target)
     if args.report is not None:
         try:
@@ -187,7 +204,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if crashed is not None:
             _print_campaign(crashed)
         return status
-    violations = contract_violations(users, kind, args.contract_examples, args.seed)
+    violations = contract_violations(users, target, kind, args.contract_examples, args.seed)
     for ref, found in violations.items():
         print(f"contract of {ref}: {'BROKEN' if found else 'kept'} ({len(found)} violations)")
         for violation in found:

@@ -21,7 +21,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from verification.opprograms import _producer, draw_metas
+from verification.opprograms import draw_metas, producer
 from verification.ops.spec import TensorMeta
 from verification.opspec import BreakOpSpec, LoadedSpec
 from verification.oracle import Tolerance, compare
@@ -63,8 +63,8 @@ def materialize(spec: BreakOpSpec, case: Case, seed: int, device: str) -> dict[s
     values = {}
     for (name, arg), meta in zip(spec.args.items(), case.metas):
         raw = eval(input_expr(meta), {"torch": torch, "g": g}).to(device)
-        producer, params = _producer(arg, case.binding, meta.dtype)
-        values[name] = producer.run(raw, **params)  # type: ignore[misc]
+        fit, params = producer(arg, case.binding, meta.dtype)
+        values[name] = fit.run(raw, **params)  # type: ignore[misc]
     return values
 
 

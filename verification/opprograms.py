@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.contracts import Contract
 from verification.ops.spec import OpSpec, Params, TensorMeta
 from verification.opspec import (
     Binding,
@@ -28,7 +29,7 @@ from verification.opspec import (
     resolve_bound,
     resolve_shape,
 )
-from verification.programs import Program, Step, default_ops, programs
+from verification.programs import Program, Step, default_ops, op_table, programs
 
 POSITIONS = ("first", "last", "adjacent", "nested", "middle")
 # make_inputs draws signed integers from [-8, 8): 16 distinct values before any producer.
@@ -56,7 +57,26 @@ FIT_FLOAT = OpSpec(
     run=lambda x, *, low, high: x.clamp(low, high),
 )
 FIT_COPY = OpSpec("opfit_copy", 1, _same, "{0}.clone()", run=lambda x: x.clone())
-PRODUCERS = (FIT_INT, FIT_FLOAT, FIT_COPY)
+
+
+def _fit_int_(x: torch.Tensor, *, span: int, low: int) -> None:
+    x.remainder_(span).add_(low)
+
+
+def _fit_float_(x: torch.Tensor, *, low: float | None, high: float | None) -> None:
+    x.clamp_(low, high)
+
+
+# The same fits in place and returning nothing: as eager breaks they keep every contract,
+# so a call can be the first thing in a capture even when its arguments need a fit.
+INPLACE = {"mutates": (0,), "aliasing": "inplace", "outputs": 0}
+FIT_INT_ = OpSpec(
+    "opfit_int_", 1, _same, "{0}.remainder_({span}).add_({low})", run=_fit_int_, **INPLACE
+)
+FIT_FLOAT_ = OpSpec(
+    "opfit_float_", 1, _same, "{0}.clamp_({low}, {high})", run=_fit_float_, **INPLACE
+)
+PRODUCERS = (FIT_INT, FIT_FLOAT, FIT_COPY, FIT_INT_, FIT_FLOAT_)
 
 
 @dataclass(frozen=True)
@@ -184,17 +204,20 @@ def draw_metas(draw: st.DrawFn, spec: BreakOpSpec, binding: Binding) -> list[Ten
     return [TensorMeta(resolve_shape(a, binding), dtypes[n]) for n, a in spec.args.items()]
 
 
-def _producer(arg: TensorArg, binding: Binding, dtype: torch.dtype) -> tuple[OpSpec, dict]:
-    """The step that makes a raw input satisfy ``arg``'s value bounds (a copy if unbounded)."""
+def producer(
+    arg: TensorArg, binding: Binding, dtype: torch.dtype, inplace: bool = False
+) -> tuple[OpSpec, dict]:
+    """The step that makes a raw input satisfy ``arg``'s value bounds (a copy if unbounded);
+    ``inplace`` (bounded arguments only) fits the input itself and returns nothing."""
     low, high = resolve_bound(arg.low, binding), resolve_bound(arg.high, binding)
     if not arg.bounded:
         return FIT_COPY, {}
     if dtype.is_floating_point:
-        return FIT_FLOAT, {"low": low, "high": high}
+        return (FIT_FLOAT_ if inplace else FIT_FLOAT), {"low": low, "high": high}
     if low is None:
         low = int(high) - _RAW_INT_SPAN + 1  # type: ignore[arg-type]
     span = _RAW_INT_SPAN if high is None else int(high) - int(low) + 1
-    return FIT_INT, {"span": span, "low": int(low)}
+    return (FIT_INT_ if inplace else FIT_INT), {"span": span, "low": int(low)}
 
 
 def _consumers(catalog: Sequence[OpSpec], meta: TensorMeta) -> list[OpSpec]:
@@ -205,6 +228,7 @@ def _consumers(catalog: Sequence[OpSpec], meta: TensorMeta) -> list[OpSpec]:
         and s.arity == 1
         and s.aliasing == "none"
         and s.outputs == 1
+        and not s.out_buffers
         and s.deterministic
         and not s.rng
         and s.infer([meta], {}) is not None
@@ -216,7 +240,6 @@ def _call_chain(
     draw: st.DrawFn,
     users: Sequence[UserOp],
     catalog: Sequence[OpSpec],
-    allow_tensor_returns: bool,
     where: str,
 ) -> Program:
     """One call of a user op as a small program: producers, the call, consumers."""
@@ -228,20 +251,23 @@ def _call_chain(
     steps: list[Step] = []
     args: list[int] = []
     for index, arg in enumerate(spec.args.values()):
-        # Breaks first in the program need every producer eager (or none at all).
-        modes = [] if arg.bounded else ["raw"]
-        if where != "first" or (not modes and not allow_tensor_returns):
+        # A raw input for unbounded arguments; bounded ones are fitted by a captured step or
+        # in place by an eager one, and a call first in the capture has no captured producer.
+        modes = ["eager"] if arg.bounded else ["raw"]
+        if where != "first":
             modes.append("captured")
-        if allow_tensor_returns:
-            modes.append("eager")
         mode = draw(st.sampled_from(modes))
         if mode == "raw":
             args.append(index)
             continue
-        producer, params = _producer(arg, binding, metas[index].dtype)
-        steps.append(Step(producer.name, (index,), tuple(sorted(params.items())), mode == "eager"))
-        args.append(len(env))
-        env.append(metas[index])
+        fit, params = producer(arg, binding, metas[index].dtype, inplace=mode == "eager")
+        items = tuple(sorted(params.items()))
+        steps.append(Step(fit.name, (index,), items, mode == "eager"))
+        if fit.outputs:
+            args.append(len(env))
+            env.append(metas[index])
+        else:
+            args.append(index)
     op = user.nested if draw(st.integers(0, 3)) == 0 else user.direct
     params = draw(st.fixed_dictionaries(dict(spec.params)))
     steps.append(Step(op.name, tuple(args), tuple(sorted(params.items())), True))
@@ -330,7 +356,7 @@ def op_programs(
     users: Sequence[UserOp],
     max_ops: int = 6,
     max_breaks: int = 2,
-    allow_tensor_returns: bool = True,
+    contract: str | Contract = "returns",
     catalog: Sequence[OpSpec] | None = None,
 ) -> Program:
     """A random catalog program with 1 to 3 calls of the user ops spliced in."""
@@ -340,7 +366,7 @@ def op_programs(
             max_ops=max_ops,
             max_breaks=max_breaks,
             ops=ops,
-            allow_tensor_returns=allow_tensor_returns,
+            contract=contract,
         )
     )
     chains = []
@@ -349,10 +375,9 @@ def op_programs(
         position = {"first": 0, "last": len(base.steps)}.get(where)
         if position is None:
             position = draw(st.integers(0, len(base.steps)))
-        chain = draw(_call_chain(users, ops, allow_tensor_returns, where))
+        chain = draw(_call_chain(users, ops, where))
         chains.append((position, chain))
-    table = {s.name: s for s in op_catalog(users, ops)}
-    return splice(base, chains, table)
+    return splice(base, chains, op_table(op_catalog(users, ops)))
 
 
 def break_positions(program: Program, user_op_names: set[str]) -> list[set[str]]:
