@@ -4,6 +4,7 @@ plain words, findings reproduce through the user's module, and bad specs exit 2 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -78,7 +79,7 @@ def test_campaign_finds_host_lengths_cached_per_buffer_and_reproducer_fails(bcg_
     ref = "tests.faulty_ops:FROZEN_BY_ADDRESS"
     target = load_target("breakable_cudagraph")
     args = _campaign_args(ref, bcg_kind, report=tmp_path)
-    config, coverage = campaign_config(args, load_user_ops([ref], target), target, bcg_kind)
+    config, coverage = campaign_config(args, load_user_ops([ref]), target, bcg_kind)
     result = run_campaign(config)
     assert result.findings, coverage.lines()
     text = result.reproducers[0]
@@ -139,3 +140,25 @@ def test_bad_op_spec_is_one_error_line_and_exit_2(capsys, ref, says):
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], captured.err
     assert not captured.out
+
+
+def test_certify_with_ops_lists_the_op_its_coverage_and_its_broken_contract(bcg_kind, tmp_path):
+    out = tmp_path / "cert"
+    ref = "tests.faulty_ops:FRESH_RETURN"
+    argv = ["certify", "--device", bcg_kind, "--examples", "3", "--ops", ref, "--out", str(out)]
+    # An op breaking its own contract is explained, not held against the target.
+    assert main(argv) == 0
+    cert = json.loads((out / "certificate.json").read_text())
+    (ops,) = [c for c in cert["checks"] if c["name"] == "ops"]
+    assert ops["verdict"] == "explained" and ops["examples"] >= 1
+    assert any("fresh tensor" in f["message"] for f in ops["findings"])
+    coverage = cert["coverage"]["registered_ops"]
+    assert coverage[f"{ref} programs_with_op"] == coverage[f"{ref} programs"] >= 1
+    assert f"{ref} nested" in coverage and ref in (out / "certificate.md").read_text()
+
+
+def test_certify_with_an_op_that_does_not_import_is_one_error_line(capsys, tmp_path):
+    argv = ["certify", "--device", "sim", "--ops", "no_such_module:SPEC", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "does not import" in lines[0]

@@ -157,7 +157,7 @@ def _certify(args: argparse.Namespace) -> int:
     config = _config(args, args.out / "reproducers")
     config.ops = ops
     with progress_bar() as (start_check, advance):
-        run = CertifyRun(config, target, kind, ops, advance)
+        run = CertifyRun(config, target, kind, ops, advance, op_specs=tuple(args.ops))
         results = certify_.run_checks(run, start_check)
     for result in results:
         for finding, text in zip(result.findings, result.reproducers):

@@ -55,7 +55,7 @@ def add_parser(commands: argparse._SubParsersAction, common: Callable[..., None]
     parser.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
 
 
-def load_user_ops(refs: Sequence[str], target: Target) -> list[UserOp]:
+def load_user_ops(refs: Sequence[str]) -> list[UserOp]:
     """Loads each ``MODULE:SPEC``; two specs of the same name are a usage error."""
     users = [user_op(load_spec(ref)) for ref in refs]
     names = [u.direct.name for u in users]
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.contract is not None:
         get_contract(args.contract)
     target = load_target(args.target, args.contract)
-    users = load_user_ops(args.specs, target)
+    users = load_user_ops(args.specs)
     if args.report is not None:
         try:
             args.report.mkdir(parents=True, exist_ok=True)
