@@ -1,7 +1,7 @@
 """Planted faulty break ops: each breaks one part of the contract its spec declares.
 
 ``FAULTY`` maps a spec attribute of this module to the contract part the diagnosis must
-name for it; ``CLEAN`` is the same op done right. Module state (``_HOST``, ``_STASH``,
+name for it; ``CLEAN`` and ``CLEAN_SIDE_STREAM`` are the op done right. Module state (``_HOST``, ``_STASH``,
 ``_GROWTH``) is the planted bug in three of them.
 """
 
@@ -55,6 +55,16 @@ def unjoined_side_stream(x: torch.Tensor, out: torch.Tensor) -> None:
     # missing: torch.cuda.current_stream().wait_stream(side)
 
 
+def joined_side_stream(x: torch.Tensor, out: torch.Tensor) -> None:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        out.copy_(x * 2)
+    done = torch.cuda.Event()
+    done.record(side)
+    done.wait(torch.cuda.current_stream())  # joined through an event: correct
+
+
 def synchronizing_scale(x: torch.Tensor, out: torch.Tensor) -> None:
     torch.cuda.synchronize()  # "to be safe": breaks another thread's global-mode capture
     out.copy_(x * 2)
@@ -76,6 +86,7 @@ def _spec(fn, **args: TensorArg) -> BreakOpSpec:
 
 
 CLEAN = _spec(clean_scale)
+CLEAN_SIDE_STREAM = _spec(joined_side_stream)
 FRESH_RETURN = _spec(fresh_return)
 WRITES_UNDECLARED = _spec(writes_undeclared)
 FROZEN_HOST_VALUE = _spec(

@@ -37,7 +37,9 @@ def test_diagnosis_names_the_one_part_each_planted_op_breaks(bcg_device, name):
     assert len(violations[0].message.split()) > 12  # a sentence a person can act on
 
 
-@pytest.mark.parametrize("ref", ["tests.faulty_ops:CLEAN", *EXAMPLES])
+@pytest.mark.parametrize(
+    "ref", ["tests.faulty_ops:CLEAN", "tests.faulty_ops:CLEAN_SIDE_STREAM", *EXAMPLES]
+)
 def test_ops_that_keep_their_contract_pass_every_check(bcg_device, ref):
     violations = diagnose(load_spec(ref), bcg_device)
     assert not violations, [v.line() for v in violations]

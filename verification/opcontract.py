@@ -256,12 +256,14 @@ def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Violati
 
         return patched
 
-    def wait_event(original: Any) -> Any:
-        def patched(stream: Any, event: Any) -> Any:
-            if _stream_key(stream) == _stream_key(caller) and id(event) in recorded:
+    def wait(original: Any) -> Any:
+        # Stream.wait_event and wait_stream both end in Event.wait, on the GPU and simulated.
+        def patched(event: Any, stream: Any = None) -> Any:
+            waiter = torch.cuda.current_stream() if stream is None else stream
+            if _stream_key(waiter) == _stream_key(caller) and id(event) in recorded:
                 key, count = recorded[id(event)]
                 joined[key] = max(joined.get(key, 0), count)
-            return original(stream, event)
+            return original(event, stream) if stream is not None else original(event)
 
         return patched
 
@@ -274,7 +276,7 @@ def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Violati
 
     with (
         _patched(torch.cuda.Event, "record", record),
-        _patched(type(caller), "wait_event", wait_event),
+        _patched(torch.cuda.Event, "wait", wait),
         _patched(torch.cuda, "synchronize", synchronize),
         audit,
     ):
