@@ -30,10 +30,10 @@ Violation = Literal[
 
 @dataclass(frozen=True)
 class Finding:
-    """One violation of ``property``. ``index`` is the output or step index it concerns, if
-    any; ``kind`` (see :mod:`verification.finding_kinds`) says whom it blames."""
+    """One ``violation`` of a checked property. ``index`` is the output or step index it
+    concerns, if any; ``kind`` (see :mod:`verification.finding_kinds`) says whom it blames."""
 
-    property: Violation
+    violation: Violation
     message: str
     program: Program
     seed: int
@@ -43,7 +43,7 @@ class Finding:
 
     def summary(self) -> str:
         where = "" if self.replay_index is None else f" (replay {self.replay_index})"
-        return f"[{self.kind}] {self.property}{where}: {self.message}"
+        return f"[{self.kind}] {self.violation}{where}: {self.message}"
 
 
 class InvalidProgram(Exception):

@@ -247,16 +247,18 @@ def programs(
     contract: str | Contract = "returns",
 ) -> Program:
     """Random valid programs of 1..``max_ops`` steps with at most ``max_breaks`` breaks,
-    whose breaks keep ``contract``. ``allow_tensor_returns`` is the older spelling of
+    whose breaks keep ``contract`` (under ``out-buffer`` ops with a fresh result run as
+    breaks through their out-buffer forms). ``allow_tensor_returns`` is the older spelling of
     ``contract`` (True: ``returns``, False: ``out-buffer``)."""
     if allow_tensor_returns is not None:
         contract = "returns" if allow_tensor_returns else "out-buffer"
     allow_tensor_returns = get_contract(contract).refreshes_returns
     catalog = tuple(default_ops() if ops is None else ops)
-    # Under out-buffer, an op with a fresh result runs as a break in one of its out-buffer forms.
-    convertible = (
-        (lambda s: has_out_buffer_forms(s)) if not allow_tensor_returns else (lambda s: False)
-    )
+
+    def convertible(spec: OpSpec) -> bool:
+        """Under out-buffer, an op with a fresh result runs as a break in an out-buffer form."""
+        return not allow_tensor_returns and has_out_buffer_forms(spec)
+
     usable = [
         s
         for s in catalog
