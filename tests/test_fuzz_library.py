@@ -1,4 +1,5 @@
-"""The fuzzer finds nothing wrong with the shipped library, nor with the PyPI package's adapter."""
+"""The fuzzer finds nothing wrong with the shipped library, and finds the PyPI package's
+published nested-op crash (a decorated op called inside a decorated op)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ def test_fuzzer_finds_nothing_in_breakable_cudagraph(bcg_kind):
     assert not result.findings, "\n".join([result.findings[0].summary(), *result.reproducers])
 
 
-def test_fuzzer_finds_nothing_in_the_breakable_cuda_graphs_adapter(bcg_kind):
+def test_fuzzer_finds_the_nested_op_crash_of_breakable_cuda_graphs(bcg_kind):
     pytest.importorskip("breakable_cuda_graphs")
     target = "verification.targets.breakable_cuda_graphs"
-    assert not load_target(target).supports_tensor_returns
+    assert load_target(target).contract.name == "out-buffer"
     result = run_campaign(CampaignConfig(target=target, device=bcg_kind))
-    assert not result.findings, "\n".join([result.findings[0].summary(), *result.reproducers])
+    assert result.findings, f"nested-op crash unnoticed in {result.examples} examples"
+    finding = result.findings[0]
+    assert finding.kind == "target-bug" and "AssertionError" in finding.message, finding.summary()
 
 
 def test_target_missing_names_is_a_usage_error_naming_them():
