@@ -31,6 +31,8 @@ class CertifyRun:
     device: str
     ops: Sequence[OpSpec] | None = None
     progress: Callable[[int], None] = lambda advance: None
+    # ``--ops MODULE:SPEC``: user break ops the ``ops`` check fuzzes.
+    op_specs: Sequence[str] = ()
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Check:
     run: Callable[[CertifyRun], CheckResult]
     # Examples the check expects to run, for the progress bar (None: unknown).
     budget: Callable[[CertifyRun], int | None] = lambda run: run.config.examples
+    applies: Callable[[CertifyRun], bool] = lambda run: True
 
 
 def fuzz_check(run: CertifyRun) -> CheckResult:
@@ -74,4 +77,13 @@ def fuzz_check(run: CertifyRun) -> CheckResult:
     )
 
 
-CHECKS: list[Check] = [Check("fuzz", fuzz_check)]
+def _ops_check(run: CertifyRun) -> CheckResult:
+    from verification.op_check import ops_check  # it imports this module
+
+    return ops_check(run)
+
+
+CHECKS: list[Check] = [
+    Check("fuzz", fuzz_check),
+    Check("ops", _ops_check, applies=lambda run: bool(run.op_specs)),
+]

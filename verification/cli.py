@@ -1,4 +1,4 @@
-"""Command line: ``python -m verification fuzz ...`` and ``python -m verification certify ...``.
+"""Command line: ``python -m verification fuzz|fuzz-op|certify ...``.
 
 Exit status 0 means nothing was found, 1 that a property was violated (a reproducer is
 printed), 2 a usage error, printed as one ``error: ...`` line on stderr. ``certify`` runs
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from verification import certify as certify_
-from verification import sensitivity
+from verification import fuzz_op, sensitivity
 from verification.checks import CertifyRun
 from verification.contracts import CONTRACTS, get_contract
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run in a child process so that a crash becomes a finding (default: on for cuda)",
     )
     fuzz.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
+    fuzz_op.add_parser(commands, _common)
     certify = commands.add_parser("certify", help="run every check and write a certificate")
     _common(certify, defaults=False)
     certify.add_argument("--out", type=Path, default=Path("certificate"))
@@ -166,7 +167,7 @@ def _certify(args: argparse.Namespace) -> int:
     config = _config(args, args.out / "reproducers")
     config.ops = ops
     with progress_bar() as (start_check, advance):
-        run = CertifyRun(config, target, kind, ops, advance)
+        run = CertifyRun(config, target, kind, ops, advance, op_specs=tuple(args.ops))
         results = certify_.run_checks(run, start_check)
         found = None
         if args.sensitivity:
@@ -200,6 +201,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "mutate":
             _writable_dir(args.report, "--report")
             return mutate_command.run(args, argv)
+
+        if args.command == "fuzz-op":
+            return fuzz_op.run(args, argv)
         return _certify(args)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)

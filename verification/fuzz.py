@@ -56,11 +56,18 @@ class CampaignConfig:
     report_dir: Path | None = None
     program_file: Path | None = None
     ops: Sequence[OpSpec] | None = None
+    # Set by front ends that draw programs their own way (``fuzz-op``): the program
+    # strategy, a hook seeing each program run, and the command its reproducers name.
+    strategy: st.SearchStrategy[Program] | None = None
+    observe: Callable[[Program], None] | None = None
+    command_line: str | None = None
     # None: the contract the target declares.
     contract: str | None = None
     database: ExampleDatabase | None = field(default_factory=shared_database)
 
     def command(self, target_name: str, device_kind: str) -> str:
+        if self.command_line is not None:
+            return self.command_line
         examples = self.examples if self.examples is not None else settings.default.max_examples
         contract = "" if self.contract is None else f" --contract {self.contract}"
         return (
@@ -144,11 +151,15 @@ def _search(
     coverage: dict[str, Counter[str]],
     progress: Callable[[int], None],
 ) -> Finding | None:
-    strategy = programs(
-        max_ops=config.max_ops,
-        max_breaks=config.max_breaks,
-        ops=config.ops,
-        contract=target.contract,
+    strategy = (
+        config.strategy
+        if config.strategy is not None
+        else programs(
+            max_ops=config.max_ops,
+            max_breaks=config.max_breaks,
+            ops=config.ops,
+            contract=target.contract,
+        )
     )
     examples = config.examples if config.examples is not None else settings.default.max_examples
 
@@ -158,6 +169,8 @@ def _search(
     @given(strategy, st.integers(0, 2**16))
     def example(program: Program, input_seed: int) -> None:
         counter[0] += 1
+        if config.observe is not None:
+            config.observe(program)
         _count(coverage, program)
         progress(1)
         if config.program_file is not None:

@@ -1,0 +1,167 @@
+"""``fuzz-op`` and its pieces: the op runs in every program, broken contracts are named in
+plain words, findings reproduce through the user's module, and bad specs exit 2 in one line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from tests.faulty_ops import FAULTY
+from verification.cli import main
+from verification.fuzz import run_campaign
+from verification.fuzz_op import campaign_config, load_user_ops
+from verification.opcontract import diagnose
+from verification.opprograms import POSITIONS, break_positions, op_programs, user_op
+from verification.opspec import load_spec
+from verification.targets import load_target
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ("examples.varlen_attention:SPEC", "examples.masked_compaction:SPEC")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+@pytest.mark.parametrize("name", list(FAULTY))
+def test_diagnosis_names_the_one_part_each_planted_op_breaks(bcg_device, name):
+    violations = diagnose(load_spec(f"tests.faulty_ops:{name}"), bcg_device)
+    assert [v.part for v in violations] == [FAULTY[name]], [v.line() for v in violations]
+    assert len(violations[0].message.split()) > 12  # a sentence a person can act on
+
+
+@pytest.mark.parametrize(
+    "ref", ["tests.faulty_ops:CLEAN", "tests.faulty_ops:CLEAN_SIDE_STREAM", *EXAMPLES]
+)
+def test_ops_that_keep_their_contract_pass_every_check(bcg_device, ref):
+    violations = diagnose(load_spec(ref), bcg_device)
+    assert not violations, [v.line() for v in violations]
+
+
+def test_every_program_calls_the_op_and_every_break_position_occurs():
+    user = user_op(load_spec("examples.masked_compaction:SPEC"))
+    names = {user.direct.name, user.nested.name}
+    seen: list[list[set[str]]] = []
+
+    @settings(max_examples=80, database=None, suppress_health_check=list(HealthCheck))
+    @given(op_programs([user]))
+    def draw(program):
+        seen.append(break_positions(program, names))
+
+    draw()
+    assert all(1 <= len(calls) <= 3 for calls in seen)
+    assert {p for calls in seen for where in calls for p in where} == set(POSITIONS)
+
+
+def _campaign_args(ref: str, kind: str, **extra) -> argparse.Namespace:
+    values = dict(
+        specs=[ref],
+        target="breakable_cudagraph",
+        contract=None,
+        device=kind,
+        examples=None,
+        seed=0,
+        max_ops=4,
+        max_breaks=2,
+        replays=3,
+        report=None,
+        program_file=None,
+    )
+    return argparse.Namespace(**(values | extra))
+
+
+def test_campaign_finds_host_lengths_cached_per_buffer_and_reproducer_fails(bcg_kind, tmp_path):
+    ref = "tests.faulty_ops:FROZEN_BY_ADDRESS"
+    target = load_target("breakable_cudagraph")
+    args = _campaign_args(ref, bcg_kind, report=tmp_path)
+    config, coverage = campaign_config(args, load_user_ops([ref]), target, bcg_kind)
+    result = run_campaign(config)
+    assert result.findings, coverage.lines()
+    text = result.reproducers[0]
+    assert "from tests.faulty_ops import FROZEN_BY_ADDRESS as _spec" in text
+    assert f"Fuzzer command: python -m verification fuzz-op {ref} " in text
+    done = subprocess.run(
+        [sys.executable, str(result.reproducer_paths[0])],
+        cwd=tmp_path,
+        env={k: v for k, v in _env().items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0 and "differs from eager" in done.stderr, done.stderr
+
+
+def test_fuzz_op_cli_names_the_broken_contract_and_counts_break_positions(bcg_kind):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verification",
+            "fuzz-op",
+            "tests.faulty_ops:FRESH_RETURN",
+            "--device",
+            bcg_kind,
+            "--examples",
+            "3",
+            "--no-isolate",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "CONTRACT declared writes: it returns a fresh tensor instead of writing" in done.stdout
+    assert "ran in 3 of 3 programs" in done.stdout and "by break position: first" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "ref, says",
+    [
+        ("no_such_module:SPEC", "does not import"),
+        ("tests.bad_op_specs:MISSING", "has no attribute"),
+        ("tests.bad_op_specs:NOT_A_SPEC", "not a verification.opspec.BreakOpSpec"),
+        ("tests.bad_op_specs:EMPTY_DIM_RANGE", "shapes cannot be satisfied"),
+        ("tests.bad_op_specs:BOUNDS_NEVER_MET", "shapes cannot be satisfied"),
+        ("tests.bad_op_specs:UNDECLARED_DIM", "shapes cannot be satisfied"),
+        ("tests.bad_op_specs:ARG_NOT_TAKEN", "takes no argument 'y'"),
+        ("tests.bad_op_specs", "expected MODULE:SPEC"),
+    ],
+)
+def test_bad_op_spec_is_one_error_line_and_exit_2(capsys, ref, says):
+    assert main(["fuzz-op", ref, "--device", "sim", "--examples", "1"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], captured.err
+    assert not captured.out
+
+
+def test_certify_with_ops_lists_the_op_its_coverage_and_its_broken_contract(bcg_kind, tmp_path):
+    out = tmp_path / "cert"
+    ref = "tests.faulty_ops:FRESH_RETURN"
+    argv = ["certify", "--device", bcg_kind, "--examples", "3", "--no-sensitivity"]
+    argv += ["--ops", ref, "--out", str(out)]
+    # An op breaking its own contract is explained, not held against the target.
+    assert main(argv) == 0
+    cert = json.loads((out / "certificate.json").read_text())
+    (ops,) = [c for c in cert["checks"] if c["name"] == "ops"]
+    assert ops["verdict"] == "explained" and ops["examples"] >= 1
+    assert any("fresh tensor" in f["message"] for f in ops["findings"])
+    coverage = cert["coverage"]["registered_ops"]
+    assert coverage[f"{ref} programs_with_op"] == coverage[f"{ref} programs"] >= 1
+    assert f"{ref} nested" in coverage and ref in (out / "certificate.md").read_text()
+
+
+def test_certify_with_an_op_that_does_not_import_is_one_error_line(capsys, tmp_path):
+    argv = ["certify", "--device", "sim", "--ops", "no_such_module:SPEC", "--out", str(tmp_path)]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "does not import" in lines[0]
