@@ -1,0 +1,7 @@
+"""stub"""
+
+NAME = "faults"
+
+
+def check(config):
+    raise NotImplementedError

@@ -1,0 +1,7 @@
+"""stub"""
+
+NAME = "repetition"
+
+
+def check(config):
+    raise NotImplementedError

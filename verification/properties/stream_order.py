@@ -1,0 +1,7 @@
+"""stub"""
+
+NAME = "stream-order"
+
+
+def check(config):
+    raise NotImplementedError
