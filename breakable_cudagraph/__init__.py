@@ -11,6 +11,8 @@ from .segments import EagerStep, GraphSegment
 from .switch import DISABLE_ENV_VAR, graphs_disabled
 
 __version__ = "0.1.0"
+# The harness's contract declaration: a tensor a break returns is refreshed at every replay.
+BREAK_CONTRACT = "returns"
 
 __all__ = [
     "DISABLE_ENV_VAR",

@@ -173,4 +173,6 @@ def build(bug: str | None = None) -> SimpleNamespace:
         BreakableCUDAGraphCapture=type("BreakableCUDAGraphCapture", (_Capture,), {"bugs": bugs}),
         eager_break_during_capture=_decorator(bugs),
         REPRODUCER_IMPORT=f"from tests.planted_targets import build\ntarget = build({bug!r})",
+        # It copies each replay's result into the tensor the break returned at capture.
+        BREAK_CONTRACT="returns",
     )

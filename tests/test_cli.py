@@ -68,6 +68,9 @@ def test_fuzz_exits_1_and_prints_a_reproducer_when_a_bug_is_found(bcg_kind, tmp_
         ("certify", "--examples", "many"),
         ("fuzz", "--device", "sim", "--report", "/proc/no/such/dir"),
         ("certify", "--device", "sim", "--out", "/proc/no/such/dir"),
+        ("certify", "--device", "sim", "--contract", "no-such-contract"),
+        ("fuzz", "--device", "sim", "--contract", "no-such-contract"),
+        ("certify", "--device", "sim", "--profile", "endless"),
         ("bogus",),
     ],
 )
@@ -79,11 +82,26 @@ def test_usage_errors_exit_2_with_one_error_line(args):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
-def test_cuda_without_gpu_is_a_usage_error():
-    done = _cli("fuzz", "--device", "cuda")
+@pytest.mark.parametrize("command", ["fuzz", "certify"])
+def test_cuda_without_gpu_is_a_usage_error(command):
+    done = _cli(command, "--device", "cuda")
     assert (
         done.returncode == 2 and done.stderr.startswith("error: ") and "--device sim" in done.stderr
     )
+
+
+def test_certify_into_a_read_only_directory_is_a_usage_error(tmp_path):
+    out = tmp_path / "read_only"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        if os.access(out, os.W_OK):
+            pytest.skip("running as a user who may write anywhere")
+        done = _cli("certify", "--device", "sim", "--examples", "1", "--out", str(out))
+    finally:
+        out.chmod(0o755)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: --out") and not list(out.iterdir())
 
 
 def test_certify_writes_certificate_and_says_when_simulated(bcg_kind, tmp_path):
@@ -91,8 +109,10 @@ def test_certify_writes_certificate_and_says_when_simulated(bcg_kind, tmp_path):
     done = _cli("certify", "--device", bcg_kind, "--examples", "3", "--out", str(out))
     assert done.returncode == 0, done.stderr
     cert = json.loads((out / "certificate.json").read_text())
-    assert cert["passed"] and cert["examples"] >= 1 and cert["device"] == bcg_kind
+    assert cert["passed"] and cert["checks"][0]["examples"] >= 1 and cert["device"] == bcg_kind
+    assert cert["contract"]["name"] == "returns"
     assert cert["simulated"] == (bcg_kind == "sim")
     assert (out / "certificate.md").exists()
     if bcg_kind == "sim":
         assert "SIMULATOR" in done.stdout
+        assert (out / "certificate.md").read_text().startswith("SIMULATED")

@@ -1,46 +1,231 @@
-"""The certificate: what was run against which target, where, and the verdict.
+"""Certify a target before upstreaming: run every check of :data:`~verification.checks.CHECKS`
+under a profile, and write ``certificate.json`` and ``certificate.md``.
 
-``certificate`` turns a finished campaign into a plain dict (JSON-ready) that says whether
-the CUDA simulator stood in for a GPU; ``write_certificate`` writes it as
-``certificate.json`` and a human-readable ``certificate.md`` into a directory.
+:func:`run_checks` runs the table; :func:`certificate` turns the results into a plain dict
+(target and commit, contract, environment, settings, per-check verdicts, coverage,
+sensitivity); :func:`markdown` renders it for a pull request, its first line saying
+SIMULATED when the CUDA simulator stood in for a GPU. Only target bugs fail a certificate.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import torch
 
-from verification.fuzz import CampaignConfig, CampaignResult
+from verification.checks import CHECKS, CertifyRun, CheckResult
+from verification.devices import UsageError
+from verification.finding_kinds import FINDING_KINDS, fails_certificate
+from verification.ops.spec import OpSpec
 from verification.targets import Target
 
 
-def certificate(result: CampaignResult, config: CampaignConfig, target: Target) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Profile:
+    examples: int
+    max_ops: int
+    max_breaks: int
+    replays: int
+
+
+PROFILES: dict[str, Profile] = {
+    "quick": Profile(examples=50, max_ops=8, max_breaks=3, replays=3),
+    "standard": Profile(examples=300, max_ops=12, max_breaks=4, replays=3),
+    "thorough": Profile(examples=2000, max_ops=16, max_breaks=6, replays=4),
+}
+DEFAULT_PROFILE = "standard"
+
+
+def load_ops(specs: Sequence[str]) -> list[OpSpec] | None:
+    """The ops ``--ops MODULE:SPEC`` names, added to the catalog (None: the catalog alone)."""
+    if specs:
+        raise UsageError("--ops is not supported yet (it comes with the fuzz-op issue #8)")
+    return None
+
+
+def run_checks(
+    run: CertifyRun, on_check: Callable[[str, int | None], None] = lambda name, budget: None
+) -> list[CheckResult]:
+    """Runs every check in order; ``on_check(name, budget)`` announces each one."""
+    results = []
+    for check in CHECKS:
+        on_check(check.name, check.budget(run))
+        results.append(check.run(run))
+    return results
+
+
+def _git_commit(module: Any) -> str | None:
+    """The commit of the git checkout the target's files live in, if they live in one."""
+    path = getattr(module, "__file__", None)
+    if path is None:
+        return None
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(path).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _driver() -> str | None:
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout else None
+
+
+def environment(device: str) -> dict[str, Any]:
+    on_gpu = device == "cuda"
     return {
-        "target": target.name,
-        "target_version": target.version,
-        "device": result.device,
-        "simulated": result.device == "sim",
-        "torch_version": torch.__version__,
-        "gpu": torch.cuda.get_device_name() if result.device == "cuda" else None,
-        "examples": result.examples,
-        "findings": [f.summary() for f in result.findings],
-        "seed": config.seed,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "passed": not result.findings,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda if on_gpu else None,
+        "driver": _driver() if on_gpu else None,
+        "gpu": torch.cuda.get_device_name() if on_gpu else None,
+        "hypothesis": hypothesis.__version__,
     }
+
+
+def _finding(finding: Any) -> dict[str, Any]:
+    return {
+        "kind": finding.kind,
+        "property": finding.property,
+        "message": finding.message,
+        "explanation": FINDING_KINDS[finding.kind].meaning,
+        "steps": len(finding.program.steps),
+        "seed": finding.seed,
+    }
+
+
+def _merge_coverage(results: Sequence[CheckResult]) -> dict[str, dict[str, int]]:
+    merged: dict[str, dict[str, int]] = {}
+    for result in results:
+        for key, counts in result.coverage.items():
+            into = merged.setdefault(key, {})
+            for name, count in counts.items():
+                into[name] = into.get(name, 0) + count
+    return {k: dict(sorted(v.items())) for k, v in merged.items()}
+
+
+def certificate(
+    run: CertifyRun,
+    results: Sequence[CheckResult],
+    profile: str,
+    sensitivity: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    target: Target = run.target
+    config = run.config
+    findings = [f for r in results for f in r.findings]
+    return {
+        "simulated": run.device == "sim",
+        "passed": not any(fails_certificate(f.kind) for f in findings),
+        "target": {
+            "name": target.name,
+            "version": target.version,
+            "commit": _git_commit(target.module),
+        },
+        "contract": {
+            "name": target.contract.name,
+            "source": "--contract" if config.contract is not None else "declared or default",
+            "summary": target.contract.summary,
+        },
+        "device": run.device,
+        "environment": environment(run.device),
+        "settings": {
+            "profile": profile,
+            "seed": config.seed,
+            "examples": config.examples,
+            "max_ops": config.max_ops,
+            "max_breaks": config.max_breaks,
+            "replays": config.replays,
+        },
+        "checks": [
+            {
+                "name": r.name,
+                "examples": r.examples,
+                "seconds": round(r.seconds, 2),
+                "verdict": r.verdict,
+                "findings": [_finding(f) for f in r.findings],
+            }
+            for r in results
+        ],
+        "coverage": _merge_coverage(results),
+        "sensitivity": sensitivity,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _counts_line(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in counts.items()) or "none"
 
 
 def markdown(cert: dict[str, Any]) -> str:
     verdict = "PASS" if cert["passed"] else "FAIL"
-    lines = [f"# Certificate for `{cert['target']}`: {verdict}", ""]
+    target, env, settings = cert["target"], cert["environment"], cert["settings"]
+    lines = []
     if cert["simulated"]:
-        lines += ["**Run on the CUDA simulator, not a real GPU.**", ""]
-    lines += [f"- {key}: {value}" for key, value in cert.items() if key != "findings"]
-    lines += ["", "## Findings", ""] + ([f"- {f}" for f in cert["findings"]] or ["none"])
+        lines += ["SIMULATED: run on the CUDA simulator, not a real GPU.", ""]
+    lines += [
+        f"# Certificate for `{target['name']}`: {verdict}",
+        "",
+        f"- target: `{target['name']}` version {target['version']}, commit {target['commit']}",
+        f"- contract: **{cert['contract']['name']}** ({cert['contract']['source']}): "
+        f"{cert['contract']['summary']}",
+        f"- device: {cert['device']}; GPU {env['gpu']}, driver {env['driver']}, "
+        f"CUDA {env['cuda']}, torch {env['torch']}, hypothesis {env['hypothesis']}",
+        f"- profile {settings['profile']}: seed {settings['seed']}, examples "
+        f"{settings['examples']}, max-ops {settings['max_ops']}, max-breaks "
+        f"{settings['max_breaks']}, replays {settings['replays']}",
+        f"- date: {cert['date']}",
+        "",
+        "## Checks",
+        "",
+        "| check | examples | seconds | verdict |",
+        "| --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {c['name']} | {c['examples']} | {c['seconds']} | {c['verdict']} |"
+        for c in cert["checks"]
+    ]
+    lines += ["", "## Findings", ""]
+    findings = [(c["name"], f) for c in cert["checks"] for f in c["findings"]]
+    lines += [
+        f"- {name}: **{f['kind']}** {f['property']}: {f['message']}\n  - {f['explanation']}"
+        for name, f in findings
+    ] or ["none"]
+    lines += ["", "## Coverage", ""]
+    lines += [f"- {key}: {_counts_line(counts)}" for key, counts in cert["coverage"].items()]
+    sensitivity = cert["sensitivity"]
+    lines += ["", "## Sensitivity", ""]
+    if sensitivity is None:
+        lines.append("not measured (the planted-bug targets of tests/ are not importable here)")
+    else:
+        lines.append(
+            f"planted-bug targets found: {sensitivity['found']} of {sensitivity['total']}"
+            f" (same environment, {sensitivity['examples']} examples each)"
+        )
+        missed = [name for name, hit in sensitivity["targets"].items() if not hit]
+        if missed:
+            lines.append(f"missed: {', '.join(missed)}")
     return "\n".join(lines) + "\n"
 
 

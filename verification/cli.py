@@ -2,8 +2,9 @@
 
 Exit status 0 means nothing was found, 1 that a property was violated (a reproducer is
 printed), 2 a usage error, printed as one ``error: ...`` line on stderr. ``certify`` runs
-the fuzz campaign and writes ``certificate.json`` and ``certificate.md``, saying loudly
-when the simulator stood in for a GPU.
+every check of :data:`verification.checks.CHECKS` under a profile and writes
+``certificate.json`` and ``certificate.md``, saying loudly when the simulator stood in for
+a GPU; exit 1 means a target bug was found.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from verification.certify import certificate, write_certificate
+from verification import certify as certify_
+from verification.checks import CertifyRun
+from verification.contracts import CONTRACTS, get_contract
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
 from verification.fuzz import CampaignConfig, CampaignResult, run_campaign, run_isolated
+from verification.progress import progress_bar
 from verification.targets import DEFAULT_TARGET, load_target
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
@@ -40,21 +44,26 @@ def _count(minimum: int):
     return parse
 
 
-def _common(parser: argparse.ArgumentParser, default_examples: int | None) -> None:
+def _common(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    """Options of both commands; ``defaults=False`` leaves budgets to certify's profile."""
     parser.add_argument("--target", default=DEFAULT_TARGET, help="importable module under test")
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
-    parser.add_argument("--examples", type=_count(1), default=default_examples)
+    parser.add_argument(
+        "--contract",
+        help=f"break contract to judge by ({', '.join(CONTRACTS)}); default: the target's own",
+    )
+    parser.add_argument("--examples", type=_count(1), default=100 if defaults else None)
     parser.add_argument("--seed", type=_count(0), default=0)
-    parser.add_argument("--max-ops", type=_count(1), default=8)
-    parser.add_argument("--max-breaks", type=_count(0), default=3)
-    parser.add_argument("--replays", type=_count(3), default=3)
+    parser.add_argument("--max-ops", type=_count(1), default=8 if defaults else None)
+    parser.add_argument("--max-breaks", type=_count(0), default=3 if defaults else None)
+    parser.add_argument("--replays", type=_count(3), default=3 if defaults else None)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m verification", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     fuzz = commands.add_parser("fuzz", help="differential fuzzing of a target")
-    _common(fuzz, 100)
+    _common(fuzz, defaults=True)
     fuzz.add_argument("--report", type=Path, help="directory for reproducer scripts")
     fuzz.add_argument(
         "--isolate",
@@ -63,9 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="run in a child process so that a crash becomes a finding (default: on for cuda)",
     )
     fuzz.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
-    certify = commands.add_parser("certify", help="fuzz a target and write a certificate")
-    _common(certify, 200)
+    certify = commands.add_parser("certify", help="run every check and write a certificate")
+    _common(certify, defaults=False)
     certify.add_argument("--out", type=Path, default=Path("certificate"))
+    certify.add_argument(
+        "--profile", choices=tuple(certify_.PROFILES), default=certify_.DEFAULT_PROFILE
+    )
+    certify.add_argument(
+        "--ops", action="append", default=[], metavar="MODULE:SPEC", help="ops to certify"
+    )
     return parser
 
 
@@ -80,6 +95,7 @@ def _config(args: argparse.Namespace, report_dir: Path | None) -> CampaignConfig
         replays=args.replays,
         report_dir=report_dir,
         program_file=getattr(args, "program_file", None),
+        contract=args.contract,
     )
 
 
@@ -100,13 +116,18 @@ def _writable_dir(path: Path | None, option: str) -> None:
         return
     try:
         path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-probe"
+        probe.write_text("")
+        probe.unlink()
     except OSError as error:
-        raise UsageError(f"{option} {path}: cannot create directory ({error.strerror})") from None
+        raise UsageError(f"{option} {path}: cannot write there ({error.strerror})") from None
 
 
 def _fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
     kind = resolve_device(args.device)
-    load_target(args.target)
+    if args.contract is not None:
+        get_contract(args.contract)
+    load_target(args.target, args.contract)
     _writable_dir(args.report, "--report")
     config = _config(args, args.report)
     isolate = args.isolate if args.isolate is not None else kind == "cuda"
@@ -121,18 +142,34 @@ def _fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def _certify(args: argparse.Namespace) -> int:
-    resolve_device(args.device)
-    target = load_target(args.target)
+    kind = resolve_device(args.device)
+    if args.contract is not None:
+        get_contract(args.contract)
+    profile = certify_.PROFILES[args.profile]
+    for name in ("examples", "max_ops", "max_breaks", "replays"):
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(profile, name))
+    target = load_target(args.target, args.contract)
+    ops = certify_.load_ops(args.ops)
     _writable_dir(args.out, "--out")
     config = _config(args, args.out / "reproducers")
-    result = run_campaign(config)
-    _print_result(result)
-    cert = certificate(result, config, target)
-    write_certificate(cert, args.out)
+    config.ops = ops
+    with progress_bar() as (start_check, advance):
+        run = CertifyRun(config, target, kind, ops, advance)
+        results = certify_.run_checks(run, start_check)
+    for result in results:
+        for finding, text in zip(result.findings, result.reproducers):
+            print(f"FINDING {result.name} {finding.summary()}")
+            print("---- reproducer ----")
+            print(text)
+            print("--------------------")
+    cert = certify_.certificate(run, results, args.profile)
+    certify_.write_certificate(cert, args.out)
     if cert["simulated"]:
         print("WARNING: certified on the CUDA SIMULATOR, not a real GPU; rerun with --device cuda")
     verdict = "PASS" if cert["passed"] else "FAIL"
-    print(f"certify: {verdict}, certificate written to {args.out}")
+    contract = target.contract.name
+    print(f"certify: {verdict} under contract {contract}, certificate written to {args.out}")
     return EXIT_OK if cert["passed"] else EXIT_FOUND
 
 

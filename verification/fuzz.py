@@ -16,7 +16,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,9 @@ from hypothesis import strategies as st
 from hypothesis.errors import FlakyFailure
 
 from verification.devices import device_context, resolve_device
+from verification.finding_kinds import HARNESS_ERROR
 from verification.ops.spec import OpSpec
-from verification.oracle import Finding, check_program
+from verification.oracle import Finding, InvalidProgram, check_program
 from verification.programs import Program, programs
 from verification.report import render_reproducer, write_reproducer
 from verification.targets import DEFAULT_TARGET, Target, load_target
@@ -48,13 +50,16 @@ class CampaignConfig:
     report_dir: Path | None = None
     program_file: Path | None = None
     ops: Sequence[OpSpec] | None = None
+    # None: the contract the target declares.
+    contract: str | None = None
 
     def command(self, target_name: str, device_kind: str) -> str:
         examples = self.examples if self.examples is not None else settings.default.max_examples
+        contract = "" if self.contract is None else f" --contract {self.contract}"
         return (
             f"python -m verification fuzz --target {target_name} --device {device_kind} "
             f"--seed {self.seed} --examples {examples} --max-ops {self.max_ops} "
-            f"--max-breaks {self.max_breaks} --replays {self.replays}"
+            f"--max-breaks {self.max_breaks} --replays {self.replays}{contract}"
         )
 
 
@@ -67,6 +72,7 @@ class CampaignResult:
     findings: list[Finding] = field(default_factory=list)
     reproducers: list[str] = field(default_factory=list)
     reproducer_paths: list[Path] = field(default_factory=list)
+    coverage: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def examples_per_second(self) -> float:
@@ -77,6 +83,10 @@ class CampaignResult:
             f"fuzz: {self.examples} examples, {len(self.findings)} findings, device={self.device}, "
             f"target={self.target}, {self.examples_per_second:.1f} examples/s"
         )
+
+
+# What the coverage counts of a campaign count (runs per op, per break op, ...).
+COVERAGE_KEYS = ("ops", "break_ops", "break_positions", "input_dtypes")
 
 
 class _Found(Exception):
@@ -101,14 +111,37 @@ def _hypothesis_settings(examples: int) -> settings:
     )
 
 
+def _break_positions(program: Program) -> list[str]:
+    """Where each break sits: first, last, right after another break, or in between."""
+    flags = [s.brk for s in program.steps]
+    positions = []
+    for i, brk in enumerate(flags):
+        if brk:
+            where = "first" if i == 0 else "last" if i == len(flags) - 1 else "middle"
+            positions.append("adjacent" if i > 0 and flags[i - 1] else where)
+    return positions
+
+
+def _count(coverage: dict[str, Counter[str]], program: Program) -> None:
+    coverage["ops"].update(s.op for s in program.steps)
+    coverage["break_ops"].update(s.op for s in program.steps if s.brk)
+    coverage["break_positions"].update(_break_positions(program))
+    coverage["input_dtypes"].update(str(m.dtype).removeprefix("torch.") for m in program.inputs)
+
+
 def _search(
-    config: CampaignConfig, target: Target, device: str, counter: list[int]
+    config: CampaignConfig,
+    target: Target,
+    device: str,
+    counter: list[int],
+    coverage: dict[str, Counter[str]],
+    progress: Callable[[int], None],
 ) -> Finding | None:
     strategy = programs(
         max_ops=config.max_ops,
         max_breaks=config.max_breaks,
         ops=config.ops,
-        allow_tensor_returns=target.supports_tensor_returns,
+        contract=target.contract,
     )
     examples = config.examples if config.examples is not None else settings.default.max_examples
 
@@ -117,9 +150,16 @@ def _search(
     @given(strategy, st.integers(0, 2**16))
     def example(program: Program, input_seed: int) -> None:
         counter[0] += 1
+        _count(coverage, program)
+        progress(1)
         if config.program_file is not None:
             config.program_file.write_bytes(pickle.dumps((program, input_seed)))
-        finding = check_program(program, target, device, input_seed, config.replays, config.ops)
+        try:
+            finding = check_program(program, target, device, input_seed, config.replays, config.ops)
+        except InvalidProgram as error:
+            finding = Finding(
+                "invalid-program", str(error), program, input_seed, kind=HARNESS_ERROR
+            )
         if finding is not None:
             raise _Found(finding)
 
@@ -145,25 +185,32 @@ def report_findings(result: CampaignResult, config: CampaignConfig, target: Targ
         )
         result.reproducers.append(text)
         if config.report_dir is not None:
-            name = f"finding_{number}_{finding.kind}"
+            name = f"finding_{number}_{finding.property}"
             result.reproducer_paths.append(write_reproducer(config.report_dir, name, text))
 
 
-def run_campaign(config: CampaignConfig) -> CampaignResult:
-    """Fuzzes ``config.target`` in this process until a finding or the example budget."""
+def run_campaign(
+    config: CampaignConfig, progress: Callable[[int], None] = lambda advance: None
+) -> CampaignResult:
+    """Fuzzes ``config.target`` in this process until a finding or the example budget.
+
+    ``progress`` is called with 1 after each example drawn (shrinking included).
+    """
     kind = resolve_device(config.device)
-    target = load_target(config.target)
+    target = load_target(config.target, config.contract)
     counter = [0]
+    coverage: dict[str, Counter[str]] = {k: Counter() for k in COVERAGE_KEYS}
     start = time.perf_counter()
     # Capture paths that call gc.collect (torch.cuda.graph does, per segment) would walk
     # the whole heap of torch and hypothesis each time; frozen objects are skipped.
     gc.freeze()
     try:
         with device_context(kind) as device:
-            finding = _search(config, target, device, counter)
+            finding = _search(config, target, device, counter, coverage, progress)
     finally:
         gc.unfreeze()
     result = CampaignResult(target.name, kind, counter[0], time.perf_counter() - start)
+    result.coverage = {k: dict(sorted(c.items())) for k, c in coverage.items()}
     if finding is not None:
         result.findings.append(finding)
         report_findings(result, config, target)
@@ -187,7 +234,7 @@ def run_isolated(
         if not program_file.exists():
             return 1, None
         program, input_seed = pickle.loads(program_file.read_bytes())
-    target = load_target(config.target)
+    target = load_target(config.target, config.contract)
     kind = resolve_device(config.device)
     name = (
         signal.Signals(-status).name

@@ -17,27 +17,32 @@ from typing import Literal
 import torch
 
 from verification.execute import BreakEntry, CapturedProgram, run_eager
+from verification.finding_kinds import TARGET_BUG
 from verification.ops.spec import OpSpec
 from verification.programs import Program, make_inputs, op_table
 from verification.targets import Target
 
-FindingKind = Literal["mismatch", "break-count", "break-order", "break-args", "exception", "crash"]
+Violation = Literal[
+    "mismatch", "break-count", "break-order", "break-args", "exception", "crash", "invalid-program"
+]
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One property violation. ``index`` is the output or step index it concerns, if any."""
+    """One violation of ``property``. ``index`` is the output or step index it concerns, if
+    any; ``kind`` (see :mod:`verification.finding_kinds`) says whom it blames."""
 
-    kind: FindingKind
+    property: Violation
     message: str
     program: Program
     seed: int
     replay_index: int | None = None
     index: int | None = None
+    kind: str = TARGET_BUG
 
     def summary(self) -> str:
         where = "" if self.replay_index is None else f" (replay {self.replay_index})"
-        return f"{self.kind}{where}: {self.message}"
+        return f"[{self.kind}] {self.property}{where}: {self.message}"
 
 
 class InvalidProgram(Exception):
@@ -150,7 +155,7 @@ def check_program(
         ) from error
 
     def finding(
-        kind_: FindingKind, message: str, replay: int | None = None, index: int | None = None
+        kind_: Violation, message: str, replay: int | None = None, index: int | None = None
     ) -> Finding:
         return Finding(kind_, message, program, seed, replay, index)
 

@@ -19,6 +19,7 @@ import torch
 from hypothesis import reject
 from hypothesis import strategies as st
 
+from verification.contracts import Contract, get_contract
 from verification.ops.spec import OpSpec, TensorMeta
 
 
@@ -216,10 +217,16 @@ def programs(
     max_ops: int = 8,
     max_breaks: int = 3,
     ops: Sequence[OpSpec] | None = None,
-    allow_tensor_returns: bool = True,
+    allow_tensor_returns: bool | None = None,
     input_dtypes: Sequence[torch.dtype] | None = None,
+    contract: str | Contract = "returns",
 ) -> Program:
-    """Random valid programs of 1..``max_ops`` steps with at most ``max_breaks`` breaks."""
+    """Random valid programs of 1..``max_ops`` steps with at most ``max_breaks`` breaks,
+    whose breaks keep ``contract``. ``allow_tensor_returns`` is the older spelling of
+    ``contract`` (True: ``returns``, False: ``out-buffer``)."""
+    if allow_tensor_returns is not None:
+        contract = "returns" if allow_tensor_returns else "out-buffer"
+    allow_tensor_returns = get_contract(contract).refreshes_returns
     catalog = tuple(default_ops() if ops is None else ops)
     usable = [
         s for s in catalog if s.kind != "break" or break_step_allowed(s, allow_tensor_returns)

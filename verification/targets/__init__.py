@@ -3,16 +3,19 @@
 A target exposes ``BreakableCUDAGraphCapture`` (a capture context manager taking ``pool=``,
 with ``add_eager``, ``replay`` and ``current``) and ``eager_break_during_capture`` (the
 break decorator). :func:`load_target` checks those names and raises
-:class:`~verification.devices.UsageError` naming whatever is missing.
+:class:`~verification.devices.UsageError` naming whatever is missing. The target's break
+contract is the one it declares (see :mod:`verification.contracts`) unless overridden.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
+from verification.contracts import Contract, declared_contract, get_contract
 from verification.devices import UsageError
 
 DEFAULT_TARGET = "breakable_cudagraph"
@@ -26,8 +29,12 @@ class Target:
     name: str
     module: Any
     import_code: str
-    supports_tensor_returns: bool
+    contract: Contract
     version: str | None
+
+    @property
+    def supports_tensor_returns(self) -> bool:
+        return self.contract.refreshes_returns
 
     @property
     def BreakableCUDAGraphCapture(self) -> Any:
@@ -65,10 +72,15 @@ def _missing(module: Any) -> list[str]:
     return missing
 
 
-def load_target(target: str | Any = DEFAULT_TARGET) -> Target:
-    """Imports (or accepts) a target and checks that it has what the harness calls."""
+def load_target(target: str | Any = DEFAULT_TARGET, contract: str | None = None) -> Target:
+    """Imports (or accepts) a target and checks that it has what the harness calls.
+
+    ``contract`` overrides the contract the target declares (``--contract``).
+    """
     if isinstance(target, Target):
-        return target
+        if contract is None:
+            return target
+        return dataclasses.replace(target, contract=get_contract(contract))
     module = _import(target) if isinstance(target, str) else target
     name = target if isinstance(target, str) else getattr(module, "__name__", type(module).__name__)
     missing = _missing(module)
@@ -81,7 +93,7 @@ def load_target(target: str | Any = DEFAULT_TARGET) -> Target:
         name=name,
         module=module,
         import_code=getattr(module, "REPRODUCER_IMPORT", default_import),
-        supports_tensor_returns=bool(getattr(module, "SUPPORTS_TENSOR_RETURNS", True)),
+        contract=declared_contract(module) if contract is None else get_contract(contract),
         version=_version(module),
     )
 

@@ -1,0 +1,49 @@
+"""Who a finding blames, as data: the target, the op the program ran, or the harness itself.
+
+Every :class:`~verification.oracle.Finding` carries one of these kinds. Only kinds with
+``fails_certificate`` fail a target's certificate; others are reported and explained.
+Further checks add kinds with :func:`register_finding_kind`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FindingKind:
+    name: str
+    fails_certificate: bool
+    meaning: str
+
+
+TARGET_BUG = "target-bug"
+OP_CONTRACT = "op-contract"
+HARNESS_ERROR = "harness-error"
+
+FINDING_KINDS: dict[str, FindingKind] = {}
+
+
+def register_finding_kind(name: str, fails_certificate: bool, meaning: str) -> FindingKind:
+    """Adds a kind; registering the same name twice is a programming error."""
+    assert name not in FINDING_KINDS, f"finding kind {name!r} is registered twice"
+    FINDING_KINDS[name] = FindingKind(name, fails_certificate, meaning)
+    return FINDING_KINDS[name]
+
+
+register_finding_kind(
+    TARGET_BUG, True, "the target replayed the program differently from eager execution"
+)
+register_finding_kind(
+    OP_CONTRACT,
+    False,
+    "a break in the program broke the contract the target is judged by "
+    "(under out-buffer: later steps read a fresh tensor the break returned)",
+)
+register_finding_kind(
+    HARNESS_ERROR, False, "the harness itself failed (generator, eager reference or a check)"
+)
+
+
+def fails_certificate(kind: str) -> bool:
+    return FINDING_KINDS[kind].fails_certificate
