@@ -177,6 +177,7 @@ def build(variant: str | None = None) -> SimpleNamespace:
         __name__=f"planted-property[{variant or 'clean'}]",
         BreakableCUDAGraphCapture=lib.BreakableCUDAGraphCapture,
         eager_break_during_capture=lib.eager_break_during_capture,
+        BREAK_CONTRACT="returns",
         REPRODUCER_IMPORT=(
             f"from tests.planted_property_targets import build\ntarget = build({variant!r})"
         ),

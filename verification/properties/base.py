@@ -98,12 +98,12 @@ def _settings(examples: int) -> settings:
 def program_strategy(
     config: CheckConfig, *, max_ops: int | None = None, ops: Any = None
 ) -> st.SearchStrategy[Program]:
-    """The fuzzer's generator, under what the target supports."""
+    """The fuzzer's generator, under the target's break contract."""
     return programs(
         max_ops=max_ops or config.max_ops,
         max_breaks=config.max_breaks,
         ops=ops,
-        allow_tensor_returns=config.target.supports_tensor_returns,
+        contract=config.target.contract,
     )
 
 
