@@ -19,7 +19,8 @@ _PATCHED = ("CUDAGraph", "Stream", "Event", "synchronize", "current_stream", "me
 def _originals():
     return {name: getattr(torch.cuda, name) for name in _PATCHED} | {
         "graphs.CUDAGraph": torch.cuda.graphs.CUDAGraph,
-        "Tensor.cpu": torch.Tensor.cpu,
+        "Tensor.to": torch.Tensor.to,
+        "torch.tensor": torch.tensor,
         "bootstrap": threading.Thread._bootstrap_inner,
     }
 
@@ -50,11 +51,13 @@ def test_thread_started_inside_inherits_the_dispatch_mode():
     with simulated_cuda():
         before = torch.cuda.memory_allocated()
         box = {}
-        t = threading.Thread(target=lambda: box.setdefault("t", torch.ones(1000) * 2))
+        t = threading.Thread(
+            target=lambda: box.setdefault("t", torch.ones(1000, device="cuda") * 2)
+        )
         t.start()
         t.join()
         assert torch.cuda.memory_allocated() - before >= 4000, "thread op landed in a block"
-        assert torch.equal(box["t"], torch.full((1000,), 2.0))
+        assert torch.equal(box["t"], torch.full((1000,), 2.0, device="cuda"))
 
 
 def test_threads_entering_concurrently_share_one_session():
@@ -84,7 +87,7 @@ def test_threads_entering_concurrently_share_one_session():
 
 def test_fresh_capture_output_holds_the_ff7f_poison_bytes():
     with simulated_cuda():
-        x = torch.ones(16, dtype=torch.int32)
+        x = torch.ones(16, dtype=torch.int32, device="cuda")
         s = torch.cuda.Stream()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.stream(s):
@@ -99,7 +102,7 @@ def test_fresh_capture_output_holds_the_ff7f_poison_bytes():
 
 def test_eager_outputs_live_in_default_pool_and_capture_outputs_in_private_pool():
     with simulated_cuda():
-        x = torch.ones(100) + 1
+        x = torch.ones(100, device="cuda") + 1
         s = torch.cuda.Stream()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.stream(s):
@@ -113,7 +116,7 @@ def test_eager_outputs_live_in_default_pool_and_capture_outputs_in_private_pool(
 
 def test_reset_graph_pool_is_released_by_empty_cache_once_unused():
     with simulated_cuda():
-        x = torch.ones(1000)
+        x = torch.ones(1000, device="cuda")
         s = torch.cuda.Stream()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.stream(s):
@@ -131,26 +134,61 @@ def test_reset_graph_pool_is_released_by_empty_cache_once_unused():
         assert torch.cuda.memory_reserved() < still, "output block released once unused"
 
 
-def test_tensor_from_before_the_simulator_is_held_by_the_graph():
-    x = torch.ones(8)
+def test_host_tensor_operand_of_a_captured_op_must_be_zero_dim():
+    with simulated_cuda():
+        x = torch.ones(8, device="cuda")
+        with pytest.raises(RuntimeError, match="same device"):
+            x * torch.ones(8)
+
+
+def test_device_tensors_are_cuda_tensors_over_simulator_memory():
+    with simulated_cuda():
+        for make in (
+            lambda: torch.ones(3, device="cuda"),
+            lambda: torch.ones(3, device="cuda:0"),
+            lambda: torch.ones(3, device=torch.device("cuda")),
+            lambda: torch.ones(3).cuda(),
+            lambda: torch.ones(3).to("cuda"),
+            lambda: torch.tensor([1.0, 1.0, 1.0], device="cuda"),
+            lambda: torch.as_tensor([1.0, 1.0, 1.0], device="cuda"),
+        ):
+            x = make()
+            assert type(x) is torch.Tensor and x.is_cuda
+            assert x.device == torch.device("cuda", 0)
+            assert torch.cuda.memory_allocated() >= 12
+            back = x.cpu()
+            assert not back.is_cuda and torch.equal(back, torch.ones(3))
+            with pytest.raises(TypeError, match="cuda"):
+                x.numpy()
+        assert x.to(dtype=torch.float, device=x.device) is x
+        assert x.to(torch.device("cuda", 0), torch.float16).dtype == torch.float16
+        assert "device='cuda:0'" in repr(x)
+
+
+def test_host_tensors_stay_cpu_tensors_and_run_eagerly_during_capture():
     with simulated_cuda():
         s = torch.cuda.Stream()
         g = torch.cuda.CUDAGraph()
+        host = torch.arange(4.0)
         with torch.cuda.stream(s):
             g.capture_begin()
-            y = x * 3
+            y = torch.ones(2, device="cuda") + 1
+            doubled = host * 2
+            assert doubled.tolist() == [0.0, 2.0, 4.0, 6.0] and doubled.sum().item() == 12
             g.capture_end()
-        x.fill_(2)
+        assert not doubled.is_cuda
         g.replay()
-        assert torch.equal(y, torch.full((8,), 6.0))
+        assert torch.equal(y.cpu(), torch.full((2,), 2.0))
 
 
-def test_cuda_device_moves_stay_on_cpu():
+def test_peer_package_builds_its_replay_aliases_over_device_memory():
+    bcgs = pytest.importorskip("breakable_cuda_graphs")
     with simulated_cuda():
-        x = torch.ones(3)
-        assert x.cuda().device.type == "cpu"
-        assert x.to("cuda").device.type == "cpu"
-        assert x.to(torch.device("cuda", 0), torch.float16).dtype == torch.float16
+        x = torch.ones(4, device="cuda")
+        alias = bcgs._make_replay_tensor_alias(x)
+        assert alias.is_cuda and alias.data_ptr() == x.data_ptr()
+        x.add_(1)
+        assert torch.equal(alias, x)
 
 
 def test_replay_without_capture_raises():

@@ -33,11 +33,11 @@ def resolve_device(choice: str) -> str:
 @contextlib.contextmanager
 def device_context(kind: str) -> Iterator[str]:
     """Yields the torch device to allocate on for a resolved ``kind``; ``sim`` holds the
-    simulator open (CPU tensors) for the block."""
+    simulator open for the block (its device tensors are ``cuda`` tensors too)."""
     if kind == "cuda":
         yield "cuda"
         return
     from verification.sim import simulated_cuda
 
     with simulated_cuda():
-        yield "cpu"
+        yield "cuda"

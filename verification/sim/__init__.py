@@ -11,5 +11,13 @@ order), cuBLAS workspaces, NCCL, multiple devices.
 
 from verification.sim.allocator import DEFAULT_POOL_ID, POISON_INT16
 from verification.sim.patching import is_active, simulated_cuda
+from verification.sim.races import StreamRaceError, detect_races
 
-__all__ = ["DEFAULT_POOL_ID", "POISON_INT16", "is_active", "simulated_cuda"]
+__all__ = [
+    "DEFAULT_POOL_ID",
+    "POISON_INT16",
+    "StreamRaceError",
+    "detect_races",
+    "is_active",
+    "simulated_cuda",
+]

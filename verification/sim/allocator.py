@@ -1,7 +1,8 @@
 """Simulated CUDA caching allocator: pools of blocks, each block its own CPU storage.
 
-The allocator holds exactly one reference to each block's storage, so a block is in use
-iff its storage use count exceeds one (tensors and views keep memory alive as on CUDA).
+The allocator holds exactly one reference to each block's host and device storage, so a
+block is in use iff either use count exceeds one (tensors and views keep memory alive as on
+CUDA; non-owning aliases built with ``_construct_storage_from_data_pointer`` do not).
 Free blocks are scribbled with the bytes ``FF 7F`` when reclaimed; released blocks wait
 in a quarantine until the session ends, so stale raw pointers read poison, never crash.
 """
@@ -14,6 +15,8 @@ import threading
 from collections.abc import Callable
 
 import torch
+
+from verification.sim.device_tensors import device_storage
 
 BLOCK_BYTES = 512
 # Bytes FF 7F: a NaN in float16/bfloat16/float32/float64 and a huge, easy to spot integer.
@@ -39,16 +42,19 @@ def poison(storage: torch.UntypedStorage) -> None:
 class Block:
     """One simulated device allocation; ``address`` is stable for the block's life."""
 
-    __slots__ = ("address", "pool", "size", "storage")
+    __slots__ = ("address", "device_storage", "pool", "size", "storage")
 
     def __init__(self, size: int, pool: Pool) -> None:
         self.storage = torch.UntypedStorage(size)
         self.size = size
         self.pool = pool
         self.address = self.storage.data_ptr()
+        # What device tensors hold: the same bytes, seen as CUDA memory.
+        self.device_storage = device_storage(self.address, size)
 
     def in_use(self) -> bool:
-        return _use_count(self.storage) > 1
+        # Device tensors hold device_storage; host views made while an op runs hold storage.
+        return _use_count(self.device_storage) > 1 or _use_count(self.storage) > 1
 
 
 class Pool:
@@ -70,6 +76,8 @@ class Allocator:
 
     def __init__(self, on_growth: Callable[[], None]) -> None:
         self._on_growth = on_growth
+        # Called with a freed block before it serves a new allocation (race detection).
+        self.on_reuse: Callable[[Block], None] | None = None
         self._lock = threading.RLock()
         self.pools: dict[PoolId, Pool] = {DEFAULT_POOL_ID: Pool(DEFAULT_POOL_ID)}
         self._addresses: list[int] = []
@@ -98,6 +106,8 @@ class Allocator:
             fitting = [b for b in pool.free if size <= b.size <= size * MAX_REUSE_SLACK]
             if fitting:
                 block = min(fitting, key=lambda b: b.size)
+                if self.on_reuse is not None:
+                    self.on_reuse(block)
                 pool.free.remove(block)
             else:
                 self._on_growth()

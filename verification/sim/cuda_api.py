@@ -1,8 +1,8 @@
 """Simulated module-level ``torch.cuda`` functions and the ``torch.Tensor`` methods patched.
 
-Device-to-host copies (``cpu``, ``to("cpu")``, ``tolist``, ``numpy``) raise on a capturing
-stream with torch's pinned-memory error, which (as on a GPU) leaves the capture valid;
-``cuda()`` and ``to("cuda")`` stay on the CPU.
+Device tensors are real CUDA tensors (:mod:`device_tensors`), so ``cuda()``, ``to()``,
+``cpu()``, ``tolist()`` and ``numpy()`` are torch's own; only ``torch.tensor``/``as_tensor``
+with a device target and ``record_stream`` need replacing.
 """
 
 from __future__ import annotations
@@ -12,12 +12,15 @@ from typing import Any
 
 import torch
 
-from verification.sim import cuda_errors, state
-from verification.sim.streams import check_host_sync, current_stream
+from verification.sim import state
+from verification.sim.streams import check_host_sync
 
 
 def synchronize(device: Any = None) -> None:
     check_host_sync(None, device_wide=True)
+    races = state.require().races
+    if races is not None:
+        races.host_waits_for_device()
 
 
 def empty_cache() -> None:
@@ -66,59 +69,91 @@ def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
     torch.default_generator.set_state(new_state)
 
 
-def _refuse_host_copy_while_capturing() -> None:
-    if state.session is not None and current_stream().capture is not None:
-        raise RuntimeError(cuda_errors.HOST_COPY)
+def _names_device(device: Any) -> bool:
+    if isinstance(device, int) and not isinstance(device, bool):
+        return True  # an ordinal: CUDA device 0
+    return isinstance(device, (str, torch.device)) and torch.device(device).type == "cuda"
 
 
-def _device_to_host(original: Callable[..., Any]) -> Callable[..., Any]:
-    def read_on_host(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        _refuse_host_copy_while_capturing()
-        return original(self, *args, **kwargs)
+def _built_on_host(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.tensor``/``as_tensor`` with a device target: CPU torch refuses the device
+    guard they open, so build the host tensor and move it, which is what CUDA does too."""
 
-    return read_on_host
+    def make(data: Any, *args: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
+        if not _names_device(device):
+            return original(data, *args, device=device, **kwargs)
+        requires_grad = kwargs.pop("requires_grad", False)
+        if isinstance(data, torch.Tensor) and data.is_cuda:
+            made = data if not (args or kwargs) else data.to(*args, **kwargs)
+        else:
+            made = original(data, *args, **kwargs).to("cuda")
+        return made.requires_grad_() if requires_grad else made
+
+    return make
 
 
-def _is_host(x: Any) -> bool:
-    return (isinstance(x, torch.device) and x.type == "cpu") or (
-        isinstance(x, str) and x.startswith("cpu")
-    )
-
-
-def _cpu_device(x: Any) -> Any:
-    if isinstance(x, torch.device) and x.type == "cuda":
-        return torch.device("cpu")
-    if isinstance(x, str) and x.startswith("cuda"):
-        return "cpu"
+def _indexed(x: Any) -> Any:
+    # torch fills a missing device index from the CUDA runtime, which CPU torch lacks.
+    if (isinstance(x, str) and x.startswith("cuda")) or isinstance(x, torch.device):
+        device = torch.device(x)
+        if device.type == "cuda" and device.index is None:
+            return torch.device("cuda", 0)
     return x
 
 
-def _to_cpu_instead(original: Callable[..., Any]) -> Callable[..., Any]:
+def _with_indexed_device(original: Callable[..., Any]) -> Callable[..., Any]:
     def to(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
-        if any(_is_host(a) for a in (*args, kwargs.get("device"))):
-            _refuse_host_copy_while_capturing()
-        args = tuple(_cpu_device(a) for a in args)
-        kwargs = {k: _cpu_device(v) for k, v in kwargs.items()}
+        args = tuple(_indexed(a) for a in args)
+        if "device" in kwargs:
+            kwargs["device"] = _indexed(kwargs["device"])
         return original(self, *args, **kwargs)
 
     return to
 
 
-def _stay_on_cpu(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    return self
+def _cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+    if device is not None and not _names_device(device):
+        raise RuntimeError(f"Invalid device, must be cuda device, got {device}")
+    return self.to(torch.device("cuda", 0), non_blocking=non_blocking, **kwargs)
 
 
 def _record_stream(self: torch.Tensor, stream: Any) -> None:
-    pass  # work runs in issue order, so nothing can be freed too early
+    # Work runs in issue order, so nothing is freed too early; the race detector is told
+    # which streams may still use the memory when it is freed.
+    races = state.require().races
+    if races is not None:
+        races.record_stream(self, stream)
 
 
 def tensor_replacements() -> dict[str, Any]:
-    """``torch.Tensor`` attribute name -> simulated replacement (built from the originals)."""
+    """``torch.Tensor`` attribute name -> simulated replacement."""
     return {
-        "cpu": _device_to_host(torch.Tensor.cpu),
-        "tolist": _device_to_host(torch.Tensor.tolist),
-        "numpy": _device_to_host(torch.Tensor.numpy),
-        "to": _to_cpu_instead(torch.Tensor.to),
-        "cuda": _stay_on_cpu,
         "record_stream": _record_stream,
+        "to": _with_indexed_device(torch.Tensor.to),
+        "cuda": _cuda,
     }
+
+
+def _printed_from_host(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch._tensor_str._str``: torch prints with dispatch modes off, which a device
+    tensor cannot survive, so print a host copy and name the device as CUDA does."""
+
+    def _str(self: torch.Tensor, *, tensor_contents: Any = None) -> str:
+        if not self.is_cuda:
+            return original(self, tensor_contents=tensor_contents)
+        text = original(self.detach().cpu(), tensor_contents=tensor_contents)
+        return f"{text[:-1]}, device='cuda:0')"
+
+    return _str
+
+
+def torch_replacements() -> dict[str, Any]:
+    """``torch`` attribute name -> simulated replacement (built from the originals)."""
+    return {
+        "tensor": _built_on_host(torch.tensor),
+        "as_tensor": _built_on_host(torch.as_tensor),
+    }
+
+
+def lazy_init() -> None:
+    pass  # nothing to initialise; CPU torch calls this before it builds a CUDA tensor

@@ -1,9 +1,11 @@
 """The dispatch mode that turns every aten call into simulated CUDA work.
 
-Outside capture an op executes and its fresh outputs are moved into blocks of the default
-pool. On a capturing stream it is recorded instead: views (metadata only) execute,
-writes are deferred to replay, fresh outputs get poisoned blocks of the capture's pool,
-and capture-illegal ops (host syncs, data-dependent shapes) raise and invalidate.
+Host tensors' ops run natively, even during capture, as on CUDA. An op on device tensors
+runs on host views of them (:mod:`bridge`): outside capture it executes and its fresh
+outputs move into blocks of the default pool; on a capturing stream it is recorded instead:
+views (metadata only) execute, writes are deferred to replay, fresh outputs get poisoned
+blocks of the capture's pool, and capture-illegal ops (host syncs, data-dependent shapes)
+raise and invalidate. Host-device copies follow :mod:`transfers`.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from verification.sim import cuda_errors, state
+from verification.sim import cuda_errors, state, transfers
 from verification.sim.allocator import Block
-from verification.sim.recording import Step, flatten_call, ref_to
+from verification.sim.bridge import Bridge
+from verification.sim.device_tensors import run_on_device_tensor
+from verification.sim.recording import Step, flatten_call, ref_to, unflatten_call
 from verification.sim.streams import current_stream
 
 # Ops with an output shape or value the host needs now; integer indexing is fine on CUDA,
@@ -45,12 +49,14 @@ class OpInfo:
     """How the simulator treats one aten overload, derived once from its schema and tags."""
 
     metadata_only: bool  # views and in-place view ops: always execute
+    is_view: bool  # returns new tensors aliasing an input, writes nothing
     illegal_in_capture: bool
     mask_checked: bool
     writes_no_data: bool
     # Per schema return: index of the argument it aliases, or None for a fresh tensor.
     return_aliases: tuple[int | None, ...]
     list_returns: tuple[bool, ...]
+    out_args: frozenset[int]  # indices of ``out=`` arguments
 
     @property
     def has_fresh(self) -> bool:
@@ -78,11 +84,13 @@ def op_info(func: Any) -> OpInfo:
     is_view = not writes and any(r.alias_info is not None for r in schema.returns)
     info = OpInfo(
         metadata_only=is_view or torch.Tag.inplace_view in func.tags,
+        is_view=is_view,
         illegal_in_capture=func not in _MASK_CHECKED and any(t in func.tags for t in _ILLEGAL_TAGS),
         mask_checked=func in _MASK_CHECKED,
         writes_no_data=func in _NO_DATA,
         return_aliases=aliases,
         list_returns=tuple(isinstance(r.type, torch._C.ListType) for r in schema.returns),
+        out_args=frozenset(i for i, a in enumerate(schema.arguments) if a.is_out),
     )
     _infos[func] = info
     return info
@@ -228,8 +236,188 @@ def run_captured(
     return values[0] if n == 1 else tuple(values)
 
 
+def _resize_outputs(func: Any, info: OpInfo, args: tuple, kwargs: dict, pool: Any) -> None:
+    """Gives ``out=`` host views their result shape first, growing into a block of ``pool``.
+
+    Host views cannot be reallocated by a kernel, and on CUDA an ``out=`` tensor is resized
+    when the op is issued (also at capture), so the resize happens here, not in the kernel.
+    """
+    meta = _output_metadata(func, args, kwargs)
+    metas = [meta] if len(info.return_aliases) == 1 else list(meta)
+    for alias, shape_of in zip(info.return_aliases, metas):
+        if alias not in info.out_args or not isinstance(shape_of, torch.Tensor):
+            continue
+        out = _arg(func, args, kwargs, alias)
+        if isinstance(out, torch.Tensor) and out.shape != shape_of.shape:
+            resize_host(out, shape_of.shape, pool, state.require().allocator)
+
+
+def resize_host(t: torch.Tensor, shape: Any, pool: Any, allocator: Any) -> None:
+    """``t.resize_(shape)`` for a host view: in place if its memory suffices, else a new block."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    needed = (t.storage_offset() + numel) * t.element_size()
+    with torch._C._DisableTorchDispatch():
+        if needed <= t.untyped_storage().nbytes():
+            t.resize_(shape)
+            return
+        block = allocator.allocate(pool, numel * t.element_size())
+        t.set_(block.storage, 0, shape, torch.empty(shape, device="meta").stride())
+
+
+def _wants_device(x: Any) -> bool:
+    return (isinstance(x, torch.Tensor) and x.is_cuda) or (
+        isinstance(x, torch.device) and x.type == "cuda"
+    )
+
+
+def _check_same_device(func: Any, leaves: list[Any]) -> None:
+    # CUDA kernels take host tensors only as 0-dim scalars (and indices, which they copy).
+    if func in _MASK_CHECKED:
+        return
+    for x in leaves:
+        if isinstance(x, torch.Tensor) and not x.is_cuda and x.dim() > 0:
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two "
+                "devices, cuda:0 and cpu!"
+            )
+
+
+def _bake(x: Any) -> Any:
+    # A 0-dim host operand is read when the op is issued: at capture, not at replay.
+    return x.clone() if isinstance(x, torch.Tensor) and not x.is_cuda and x.dim() == 0 else x
+
+
+def run_on_device(func: Any, args: tuple, kwargs: dict, session: Any, checked: bool = True) -> Any:
+    """Runs ``func`` (some argument on the device) on host views, eagerly or into the capture."""
+    info = op_info(func)
+    stream = current_stream()
+    capture = stream.capture
+    leaves, spec = flatten_call(args, kwargs)
+    if checked and kwargs.get("device") is None:  # factories only read a host tensor's shape
+        _check_same_device(func, leaves)
+    bridge = Bridge(session.allocator)
+    if capture is not None and checked:
+        leaves = [_bake(x) for x in leaves]
+    host_args, host_kwargs = unflatten_call([bridge.to_host(x) for x in leaves], spec)
+    pool = session.allocator.default_pool if capture is None else capture.pool
+    if info.out_args:
+        _resize_outputs(func, info, host_args, host_kwargs, pool)
+    if capture is None:
+        if info.illegal_in_capture:
+            session.check_unsafe_call()  # the host waits for the device: a sync
+        result = run_eager(func, info, host_args, host_kwargs, session)
+        if session.races is not None and not (info.metadata_only or info.writes_no_data):
+            session.races.op(func, host_args, host_kwargs, result, stream, "eager")
+            if info.illegal_in_capture:
+                session.races.host_waits_for_stream(stream)
+    else:
+        result = run_captured(func, info, host_args, host_kwargs, stream, session)
+    return _device_results(
+        func, info, result, (args, kwargs), (host_args, host_kwargs), bridge, pool
+    )
+
+
+def _device_results(
+    func: Any, info: OpInfo, result: Any, call: tuple, host_call: tuple, bridge: Bridge, pool: Any
+) -> Any:
+    n = len(info.return_aliases)
+    if n == 0:
+        return result
+    values = [result] if n == 1 else list(result)
+    for i, alias in enumerate(info.return_aliases):
+        if alias is None or info.is_view:
+            if info.list_returns[i]:
+                values[i] = [bridge.to_device(v, pool) for v in values[i]]
+            else:
+                values[i] = bridge.to_device(values[i], pool)
+            continue
+        original = _arg(func, *call, alias)
+        host = _arg(func, *host_call, alias)
+        pairs = zip(original, host) if isinstance(original, (list, tuple)) else [(original, host)]
+        for o, h in pairs:
+            if isinstance(o, torch.Tensor) and o.is_cuda:
+                bridge.write_back(o, h, pool)
+        values[i] = original
+    return values[0] if n == 1 else tuple(values)
+
+
+def _run_on_host(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
+    if kwargs.get("pin_memory"):
+        kwargs = {**kwargs, "pin_memory": False}
+        return session.pinned.register(func(*args, **kwargs))
+    return func(*args, **kwargs)
+
+
+def _record(session: Any) -> Any:
+    return lambda func, args: run_on_device(func, args, {}, session, checked=False)
+
+
+def _copy(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
+    dst, src = args[0], args[1]
+    if not isinstance(src, torch.Tensor) or dst.is_cuda == src.is_cuda:
+        return NotImplemented
+    non_blocking = bool(args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+    capture = current_stream().capture
+    return transfers.copy(dst, src, non_blocking, session, capture, _record(session))
+
+
+def _to_copy(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
+    target = kwargs.get("device")
+    if target is None or (target.type == "cuda") == args[0].is_cuda:
+        return NotImplemented
+    capture = current_stream().capture
+    return transfers.to_copy(args[0], kwargs, session, capture, _record(session))
+
+
+def _is_pinned(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
+    return session.pinned.holds(args[0])
+
+
+def _pin_memory(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
+    if args[0].is_cuda:
+        raise RuntimeError(
+            "cannot pin 'torch.cuda.FloatTensor' only dense CPU tensors can be pinned"
+        )
+    return session.pinned.register(args[0].clone())
+
+
+def _set(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
+    if not args[0].is_cuda:
+        return NotImplemented
+    return run_on_device_tensor(func, *args, **kwargs)
+
+
+def _resize(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
+    t = args[0]
+    if not t.is_cuda:
+        return NotImplemented
+    capture = current_stream().capture
+    pool = session.allocator.default_pool if capture is None else capture.pool
+    bridge = Bridge(session.allocator)
+    host = bridge.host_view(t)
+    resize_host(host, tuple(args[1]), pool, session.allocator)
+    bridge.write_back(t, host, pool)
+    return t
+
+
+# Ops whose device semantics differ from "compute on host views"; a handler may return
+# NotImplemented to fall back to the general path.
+_SPECIAL = {
+    torch.ops.aten.copy_.default: _copy,
+    torch.ops.aten._to_copy.default: _to_copy,
+    torch.ops.aten.is_pinned.default: _is_pinned,
+    torch.ops.aten._pin_memory.default: _pin_memory,
+    torch.ops.aten.set_.source_Storage: _set,
+    torch.ops.aten.set_.source_Storage_storage_offset: _set,
+    torch.ops.aten.set_.source_Tensor: _set,
+    torch.ops.aten.resize_.default: _resize,
+}
+
+
 class SimMode(TorchDispatchMode):
-    """Routes each aten call to eager execution or capture, by the thread's current stream."""
+    """Runs host work natively and device work on host views, eagerly or into a capture."""
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
@@ -238,8 +426,17 @@ class SimMode(TorchDispatchMode):
         session = state.session
         if session is None:
             return func(*args, **kwargs)
-        info = op_info(func)
-        stream = current_stream()
-        if stream.capture is None:
-            return run_eager(func, info, args, kwargs, session)
-        return run_captured(func, info, args, kwargs, stream, session)
+        handler = _SPECIAL.get(func)
+        if handler is not None:
+            result = handler(func, args, kwargs, session)
+            if result is not NotImplemented:
+                return result
+        leaves, _ = flatten_call(args, kwargs)
+        if not any(_wants_device(x) for x in leaves):
+            return _run_on_host(func, args, kwargs, session)
+        target = kwargs.get("device")
+        if isinstance(target, torch.device) and target.type == "cpu":
+            # A host factory shaped like a device tensor (zeros_like(x, device="cpu")).
+            bridge = Bridge(session.allocator)
+            return func(*[bridge.to_host(a) for a in args], **kwargs)
+        return run_on_device(func, args, kwargs, session)

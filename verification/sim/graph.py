@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from verification.sim import cuda_errors, state
+from verification.sim import cuda_errors, races, state
 from verification.sim.allocator import Pool, PoolId
 from verification.sim.capture import CAPTURE_ERROR_MODES, Capture
 from verification.sim.recording import Step
@@ -69,9 +69,17 @@ class CUDAGraph:
     def replay(self) -> None:
         if self._steps is None:
             raise RuntimeError(cuda_errors.REPLAY_WITHOUT_CAPTURE)
+        detector = races.detector()
+        observe = None
+        if detector is not None:
+            stream = current_stream()
+
+            def observe(func: Any, args: tuple, kwargs: dict, written: list) -> None:
+                detector.op(func, args, kwargs, written, stream, "graph replay")
+
         with torch.no_grad(), torch._C._DisableTorchDispatch():
             for step in self._steps:
-                step.run()
+                step.run(observe)
 
     def reset(self) -> None:
         if self._capture is not None:

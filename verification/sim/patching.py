@@ -19,7 +19,8 @@ import torch.cuda.memory
 import torch.cuda.random
 import torch.cuda.streams
 
-from verification.sim import cuda_api, graph, state, streams
+from verification.sim import cuda_api, cuda_guard, graph, state, streams
+from verification.sim.device_tensors import construct_cuda_tensor
 from verification.sim.dispatch import SimMode
 from verification.sim.session import Session
 
@@ -51,6 +52,7 @@ _CUDA_NAMES: dict[str, Any] = {
     "manual_seed_all": cuda_api.manual_seed,
     "get_rng_state": cuda_api.get_rng_state,
     "set_rng_state": cuda_api.set_rng_state,
+    "_lazy_init": cuda_api.lazy_init,
 }
 
 _MISSING = object()
@@ -94,6 +96,10 @@ def _install() -> None:
                 _patch(module, name, value)
     for name, value in cuda_api.tensor_replacements().items():
         _patch(torch.Tensor, name, value)
+    for name, value in cuda_api.torch_replacements().items():
+        _patch(torch, name, value)
+    _patch(torch._tensor_str, "_str", cuda_api._printed_from_host(torch._tensor_str._str))
+    _patch(torch._C, "_construct_CUDA_Tensor_From_Storage_And_Metadata", construct_cuda_tensor)
     _patch(
         threading.Thread,
         "_bootstrap_inner",
@@ -120,6 +126,7 @@ def _enter() -> None:
     global _depth
     with _lock:
         if _depth == 0:
+            cuda_guard.install()
             state.session = Session()
             try:
                 _install()

@@ -7,6 +7,7 @@ strongly. Replaying a step runs the op on whatever the memory holds at replay ti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -122,17 +123,24 @@ class Step:
         self.outputs = outputs
         self.single_return = len(func._schema.returns) == 1
 
-    def run(self) -> None:
-        """Executes the step; the caller disables the dispatch mode and autograd."""
+    def run(self, observe: Callable[..., None] | None = None) -> None:
+        """Executes the step; the caller disables the dispatch mode and autograd.
+
+        ``observe(func, args, kwargs, written)`` sees the call and the output tensors it
+        wrote (the race detector's view of a replayed op).
+        """
         leaves = [x.tensor() if isinstance(x, (BlockRef, HeldRef)) else x for x in self.leaves]
         args, kwargs = unflatten_call(leaves, self.spec)
         result = self.func(*args, **kwargs)
         results = (result,) if self.single_return else result
+        written: list[torch.Tensor] = []
         for target, value in zip(self.outputs, results):
             if target is None:
                 continue
             if isinstance(target, list):
                 for t, v in zip(target, value):
-                    t.tensor().copy_(v)
+                    written.append(t.tensor().copy_(v))
             else:
-                target.tensor().copy_(value)
+                written.append(target.tensor().copy_(value))
+        if observe is not None:
+            observe(self.func, args, kwargs, written)

@@ -11,7 +11,10 @@ from typing import Any
 
 from verification.sim import cuda_errors
 from verification.sim.allocator import Allocator
+from verification.sim.races import RaceDetector
+from verification.sim.races import enabled_by_environment as races_from_environment
 from verification.sim.streams import Stream, current_stream
+from verification.sim.transfers import PinnedMemory
 
 
 class Session:
@@ -21,6 +24,11 @@ class Session:
         self.captures: set[Any] = set()
         self.lock = threading.RLock()
         self._graph_side_stream: Stream | None = None
+        self.pinned = PinnedMemory()
+        self.races: RaceDetector | None = (
+            RaceDetector(self.allocator) if races_from_environment() else None
+        )
+        self.allocator.on_reuse = self._check_reuse
 
     @property
     def graph_side_stream(self) -> Stream:
@@ -46,6 +54,11 @@ class Session:
                 capture.invalidate()
                 raise RuntimeError(cuda_errors.NOT_PERMITTED)
 
+    def _check_reuse(self, block: Any) -> None:
+        stream = current_stream()
+        if self.races is not None and stream.capture is None:
+            self.races.reuse(block.address, stream)
+
     def capturing_pools(self) -> set[Any]:
         return {capture.pool for capture in self.captures}
 
@@ -54,3 +67,4 @@ class Session:
             capture.finish()
         self.captures.clear()
         self.allocator.quarantine.clear()
+        self.pinned.clear()

@@ -52,6 +52,9 @@ class Stream:
 
     def synchronize(self) -> None:
         check_host_sync(self.capture)
+        races = state.require().races
+        if races is not None:
+            races.host_waits_for_stream(self)
 
     def query(self) -> bool:
         check_host_sync(self.capture)
@@ -89,15 +92,22 @@ class Event:
         self.recorded_at: float | None = None
         self.capture: Any = None
         self.clock: dict[Stream, int] = {}
+        self.race_clock: dict[int, int] = {}
 
     def record(self, stream: Stream | None = None) -> None:
         stream = current_stream() if stream is None else stream
         self.recorded_at = time.perf_counter()
         self.capture = stream.capture
         self.clock = stream.capture.clock_of(stream) if stream.capture is not None else {}
+        races = state.require().races
+        if races is not None and stream.capture is None:
+            self.race_clock = races.event_clock(stream)
 
     def wait(self, stream: Stream | None = None) -> None:
         stream = current_stream() if stream is None else stream
+        races = state.require().races
+        if races is not None and stream.capture is None:
+            races.wait(stream, self.race_clock)
         capture = self.capture
         if capture is None or not capture.active:
             return
@@ -112,6 +122,9 @@ class Event:
 
     def synchronize(self) -> None:
         check_host_sync(self._live_capture())
+        races = state.require().races
+        if races is not None:
+            races.host_waits_for(self.race_clock)
 
     def elapsed_time(self, end_event: Event) -> float:
         if self.recorded_at is None or end_event.recorded_at is None:
