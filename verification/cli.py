@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from verification import certify as certify_
+from verification import check_command
 from verification.checks import CertifyRun
 from verification.contracts import CONTRACTS, get_contract
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     certify.add_argument(
         "--ops", action="append", default=[], metavar="MODULE:SPEC", help="ops to certify"
     )
+    check_command.add_parser(commands, _count)
     return parser
 
 
@@ -179,6 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if args.command == "fuzz":
             return _fuzz(args, argv)
+        if args.command == "check":
+            return check_command.main(args, argv)
         return _certify(args)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)

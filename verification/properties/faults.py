@@ -166,6 +166,17 @@ def _fault_problem(
     return None
 
 
+def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's program (a reproducer calls this)."""
+    return _fault_problem(
+        program,
+        scenario.get("point", "captured-region"),
+        scenario.get("nth", 0),
+        scenario.get("illegal", "synchronize"),
+        config,
+    )
+
+
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[PropertyFinding]]:
         def body(drawn: tuple[Program, str, int, str]) -> PropertyFinding | None:

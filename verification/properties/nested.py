@@ -149,6 +149,13 @@ def _nested_decorated_problem(config: CheckConfig) -> str | None:
     return None
 
 
+def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's program (a reproducer calls this)."""
+    return _nested_decorated_problem(config) or _nested_capture_problem(
+        program, scenario.get("place", "capture"), scenario.get("before_step", 0), config
+    )
+
+
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[PropertyFinding]]:
         problem = _nested_decorated_problem(config)

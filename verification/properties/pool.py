@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+from typing import Any
 
 import torch
 from hypothesis import strategies as st
@@ -229,6 +230,13 @@ def out_of_order_demonstration(config: CheckConfig) -> PropertyFinding:
         "known-unsafe",
         "replaying the second of two captures sharing a pool before the first overwrote the "
         "second's output (the documented hazard; caught by the checker, not a target bug)",
+    )
+
+
+def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's program (a reproducer calls this)."""
+    return _ratio_problem(program, config, []) or _shared_pool_problem(
+        [program, program], config, []
     )
 
 

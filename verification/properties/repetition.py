@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import weakref
+from typing import Any
 
 import torch
 
@@ -70,6 +71,11 @@ def repetition_problem(program: Program, config: CheckConfig) -> str | None:
     if any(ref() is not None for ref in first_refs):
         return "the first cycle's capture or its static inputs are still alive after reset"
     return None
+
+
+def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's program (a reproducer calls this)."""
+    return repetition_problem(program, config)
 
 
 def check(config: CheckConfig) -> CheckResult:

@@ -118,6 +118,11 @@ def _judged(config: CheckConfig, problem_of: Any, *args: Any) -> str | None:
             raise
 
 
+def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's program (a reproducer calls this)."""
+    return _judged(config, witness_problem) or _judged(config, _amplified_problem, program)
+
+
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[PropertyFinding]]:
         try:
@@ -140,5 +145,3 @@ def check(config: CheckConfig) -> CheckResult:
         return examples + 1, [found] if found else []
 
     return timed(NAME, run)
-
-

@@ -224,6 +224,14 @@ def _concurrent_captures(
     return None
 
 
+def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's program (a reproducer calls this)."""
+    mode, at = scenario.get("mode"), scenario.get("at", 0)
+    return _others_during_capture(
+        program, at % (len(program.steps) + 1), 2, mode, config
+    ) or _concurrent_captures([program, program], at, mode, config)
+
+
 def check(config: CheckConfig) -> CheckResult:
     # Seeding is process-wide and forbidden during another thread's capture: no RNG ops.
     ops = [spec for spec in default_ops() if not spec.rng]
