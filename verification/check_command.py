@@ -176,3 +176,49 @@ def main(args: argparse.Namespace, argv: Sequence[str]) -> int:
         f"target={target.name}" + (f"; failed: {', '.join(failed)}" if failed else "")
     )
     return 1 if failed else 0
+
+
+def certify_check(run: Any) -> Any:
+    """Every property as one check of certify's table (``verification.checks``)."""
+    from verification.checks import CheckResult as CertifiedCheck
+    from verification.oracle import Finding
+    from verification.programs import Program
+
+    examples = max(5, (run.config.examples or 25) // 10)
+    cycles = 10_000 if (run.config.examples or 0) >= 2000 else DEFAULT_CYCLES
+    target_name = run.config.target if isinstance(run.config.target, str) else None
+    if run.device == "cuda" and target_name is not None:
+        argv = ["check", "all", "--target", target_name, "--device", "cuda"]
+        argv += [
+            "--examples",
+            str(examples),
+            "--cycles",
+            str(cycles),
+            "--seed",
+            str(run.config.seed),
+        ]
+        if run.config.contract:
+            argv += ["--contract", str(run.config.contract)]
+        results = [run_isolated(name, argv) for name in PROPERTIES]
+    else:
+        results = run_properties("all", run.target, run.device, examples, run.config.seed, cycles)
+    empty = Program((), (), ())
+    findings = [
+        Finding(
+            f"property {f.prop}",  # type: ignore[arg-type]
+            f.message,
+            f.program or empty,
+            f.seed or 0,
+            kind=f.kind,
+        )
+        for r in results
+        for f in r.findings
+    ]
+    run.progress(sum(r.examples for r in results))
+    return CertifiedCheck(
+        "properties",
+        sum(r.examples for r in results),
+        sum(r.elapsed_s for r in results),
+        findings,
+        {"property examples": {r.prop: r.examples for r in results}},
+    )

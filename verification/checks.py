@@ -74,4 +74,14 @@ def fuzz_check(run: CertifyRun) -> CheckResult:
     )
 
 
-CHECKS: list[Check] = [Check("fuzz", fuzz_check)]
+def properties_check(run: CertifyRun) -> CheckResult:
+    """Every property of :mod:`verification.properties` (``check all``)."""
+    from verification.check_command import certify_check
+
+    return certify_check(run)
+
+
+CHECKS: list[Check] = [
+    Check("fuzz", fuzz_check),
+    Check("properties", properties_check, budget=lambda run: None),
+]

@@ -1,10 +1,10 @@
 """What every property check shares: its configuration, its findings and the hypothesis driver.
 
 A check receives a :class:`CheckConfig` (target, device, budgets) and returns a
-:class:`CheckResult`. A :class:`PropertyFinding` of a failing kind (``target-bug``,
-``crash``) fails the target; ``memory-held`` reports memory a target keeps alive without
-being wrong, and ``known-unsafe`` a documented hazard the checker demonstrated; neither
-counts against a target. :func:`search` runs hypothesis until a failing finding and
+:class:`CheckResult`. A :class:`PropertyFinding` carries a finding kind of
+:mod:`verification.finding_kinds`: ``target-bug`` fails the target; the kinds added here,
+``memory-held`` (memory kept alive without being wrong, with its figure) and
+``known-unsafe`` (a documented hazard the checker demonstrated), never do. :func:`search` runs hypothesis until a failing finding and
 shrinks it.
 """
 
@@ -21,12 +21,21 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.errors import FlakyFailure
 
+from verification.finding_kinds import fails_certificate, register_finding_kind
 from verification.programs import Program, programs
 from verification.targets import Target
 
-# Kinds that fail a target; the others are information with figures.
-FAILING_KINDS = frozenset({"target-bug", "crash"})
-FINDING_KINDS = (*sorted(FAILING_KINDS), "memory-held", "known-unsafe", "harness-error")
+MEMORY_HELD = register_finding_kind(
+    "memory-held",
+    False,
+    "the target is correct but keeps alive memory it could release (the figure says how much)",
+).name
+KNOWN_UNSAFE = register_finding_kind(
+    "known-unsafe",
+    False,
+    "a documented hazard (replaying captures of one pool out of order), demonstrated by the "
+    "checker; never a target bug",
+).name
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,7 @@ class PropertyFinding:
 
     @property
     def fails(self) -> bool:
-        return self.kind in FAILING_KINDS
+        return fails_certificate(self.kind)
 
     def summary(self) -> str:
         return f"{self.prop}: {self.kind}: {self.message.splitlines()[0] if self.message else ''}"
