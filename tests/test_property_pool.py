@@ -4,6 +4,9 @@ per segment, closures kept alive forever, and reports strongly held arguments as
 from __future__ import annotations
 
 from tests.property_checks import check, failing
+from verification.properties.base import CheckConfig
+from verification.properties.pool import out_of_order_demonstration
+from verification.targets import load_target
 
 
 def test_library_shares_one_pool_and_frees_everything(bcg_kind, tmp_path):
@@ -13,11 +16,11 @@ def test_library_shares_one_pool_and_frees_everything(bcg_kind, tmp_path):
 
 
 def test_out_of_order_replay_is_demonstrated_and_never_counts_against_the_target(
-    bcg_kind, tmp_path
+    bcg_kind, bcg_device
 ):
-    findings = check("pool", None, bcg_kind, tmp_path)
-    unsafe = [f for f in findings if f.kind == "known-unsafe"]
-    assert unsafe and not unsafe[0].fails, findings
+    config = CheckConfig(load_target("breakable_cudagraph"), bcg_kind, bcg_device, 1)
+    demonstration = out_of_order_demonstration(config)
+    assert demonstration.kind == "known-unsafe" and not demonstration.fails, demonstration
 
 
 def test_private_pool_per_segment_is_found(bcg_kind, tmp_path):

@@ -35,6 +35,27 @@ MODES = ("thread_local", "global", "relaxed")
 WAIT_S = 60.0
 
 
+class _NoGate:
+    def acquire(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _gate(kind: str) -> Any:
+    """On the simulator threads take turns between rendezvous points: its allocator hands a
+    block out before a tensor holds it, so another thread's allocation can reclaim it (a
+    simulator race, not the target's). Captures still overlap; only execution is serial."""
+    return threading.Lock() if kind == "sim" else _NoGate()
+
+
 def modes_of(target: Any) -> tuple[str | None, ...]:
     """The capture error modes to run: all when the target takes ``capture_error_mode``."""
     try:
@@ -107,6 +128,7 @@ def _others_during_capture(
     calls = [0] * others
     results: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * others
     errors: list[Any] = []
+    gate = _gate(config.kind)
 
     def pause(index: int, env: dict[int, torch.Tensor]) -> None:
         if index == at:
@@ -116,6 +138,10 @@ def _others_during_capture(
     def other(k: int) -> None:
         if not inside.wait(WAIT_S):
             raise TimeoutError("thread A never reached its capture")
+        with gate:
+            _other_work(k)
+
+    def _other_work(k: int) -> None:
         seen = target.BreakableCUDAGraphCapture.current()
         if seen is not None:
             raise AssertionError(f"current() in another thread returned {seen!r}")
@@ -179,17 +205,23 @@ def _concurrent_captures(
     barrier = threading.Barrier(len(programs), timeout=WAIT_S)
     errors: list[Any] = []
     boxes: list[dict[str, Any]] = [{} for _ in programs]
+    gate = _gate(config.kind)
 
     def meet(index: int, env: dict[int, torch.Tensor], last: int) -> None:
         if index == min(at, last):
-            barrier.wait()
+            gate.release()
+            try:
+                barrier.wait()
+            finally:
+                gate.acquire()
 
     def capture(k: int) -> None:
         last = len(programs[k].steps)
         try:
-            _capture_in_thread(
-                programs[k], config, mode, lambda i, env: meet(i, env, last), boxes[k]
-            )
+            with gate:
+                _capture_in_thread(
+                    programs[k], config, mode, lambda i, env: meet(i, env, last), boxes[k]
+                )
         finally:
             barrier.abort()  # a thread that never reaches the barrier must not hang the others
 
