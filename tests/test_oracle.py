@@ -108,7 +108,7 @@ def test_compare_handles_integers_and_complex():
 )
 def test_planted_bug_yields_its_finding_kind(bcg_device, bug, kind):
     finding = check_program(TWO_BREAKS, load_target(build(bug)), bcg_device, seed=5, ops=OPS)
-    assert (finding and finding.property) == kind, finding and finding.summary()
+    assert (finding and finding.violation) == kind, finding and finding.summary()
 
 
 def test_target_raising_at_replay_is_an_exception_finding(bcg_device):
@@ -120,7 +120,7 @@ def test_target_raising_at_replay_is_an_exception_finding(bcg_device):
 
     target = SimpleNamespace(**{**vars(clean), "BreakableCUDAGraphCapture": Raising})
     finding = check_program(TWO_BREAKS, load_target(target), bcg_device, ops=OPS)
-    assert finding is not None and finding.property == "exception" and "boom" in finding.message
+    assert finding is not None and finding.violation == "exception" and "boom" in finding.message
 
 
 def test_child_killed_by_a_signal_is_a_crash_finding(tmp_path, bcg_kind, monkeypatch):
@@ -138,6 +138,6 @@ def test_child_killed_by_a_signal_is_a_crash_finding(tmp_path, bcg_kind, monkeyp
     config = CampaignConfig(target="aborting_target", device=bcg_kind)
     status, result = run_isolated(argv, config)
     assert status == 1 and result is not None
-    assert result.findings[0].property == "crash"
+    assert result.findings[0].violation == "crash"
     assert signal.SIGKILL.name in result.findings[0].message
     assert "def program(" in result.reproducers[0]

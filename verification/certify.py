@@ -108,7 +108,7 @@ def environment(device: str) -> dict[str, Any]:
 def _finding(finding: Any) -> dict[str, Any]:
     return {
         "kind": finding.kind,
-        "property": finding.property,
+        "violation": finding.violation,
         "message": finding.message,
         "explanation": FINDING_KINDS[finding.kind].meaning,
         "steps": len(finding.program.steps),
@@ -209,7 +209,7 @@ def markdown(cert: dict[str, Any]) -> str:
     lines += ["", "## Findings", ""]
     findings = [(c["name"], f) for c in cert["checks"] for f in c["findings"]]
     lines += [
-        f"- {name}: **{f['kind']}** {f['property']}: {f['message']}\n  - {f['explanation']}"
+        f"- {name}: **{f['kind']}** {f['violation']}: {f['message']}\n  - {f['explanation']}"
         for name, f in findings
     ] or ["none"]
     lines += ["", "## Coverage", ""]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from verification import certify as certify_
-from verification import check_command
+from verification import check_command, sensitivity
 from verification.checks import CertifyRun
 from verification.contracts import CONTRACTS, get_contract
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     certify.add_argument(
         "--ops", action="append", default=[], metavar="MODULE:SPEC", help="ops to certify"
+    )
+    certify.add_argument(
+        "--sensitivity",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="re-run the planted-bug targets of tests/ and record how many were found",
     )
     check_command.add_parser(commands, _count)
     return parser
@@ -159,13 +165,17 @@ def _certify(args: argparse.Namespace) -> int:
     with progress_bar() as (start_check, advance):
         run = CertifyRun(config, target, kind, ops, advance)
         results = certify_.run_checks(run, start_check)
+        found = None
+        if args.sensitivity:
+            start_check("sensitivity", len(sensitivity.planted_targets() or []))
+            found = sensitivity.measure(kind, args.seed, advance)
     for result in results:
         for finding, text in zip(result.findings, result.reproducers):
             print(f"FINDING {result.name} {finding.summary()}")
             print("---- reproducer ----")
             print(text)
             print("--------------------")
-    cert = certify_.certificate(run, results, args.profile)
+    cert = certify_.certificate(run, results, args.profile, found)
     certify_.write_certificate(cert, args.out)
     if cert["simulated"]:
         print("WARNING: certified on the CUDA SIMULATOR, not a real GPU; rerun with --device cuda")

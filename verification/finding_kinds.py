@@ -32,7 +32,10 @@ def register_finding_kind(name: str, fails_certificate: bool, meaning: str) -> F
 
 
 register_finding_kind(
-    TARGET_BUG, True, "the target replayed the program differently from eager execution"
+    TARGET_BUG,
+    True,
+    "the target failed to capture or replay the program as eager execution runs it "
+    "(wrong values, break calls or buffers, or an exception)",
 )
 register_finding_kind(
     OP_CONTRACT,

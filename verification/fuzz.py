@@ -185,7 +185,7 @@ def report_findings(result: CampaignResult, config: CampaignConfig, target: Targ
         )
         result.reproducers.append(text)
         if config.report_dir is not None:
-            name = f"finding_{number}_{finding.property}"
+            name = f"finding_{number}_{finding.violation}"
             result.reproducer_paths.append(write_reproducer(config.report_dir, name, text))
 
 

@@ -10,6 +10,7 @@ and raises :class:`InvalidProgram`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -17,7 +18,7 @@ from typing import Literal
 import torch
 
 from verification.execute import BreakEntry, CapturedProgram, run_eager
-from verification.finding_kinds import TARGET_BUG
+from verification.finding_kinds import OP_CONTRACT, TARGET_BUG
 from verification.ops.spec import OpSpec
 from verification.programs import Program, make_inputs, op_table
 from verification.targets import Target
@@ -29,10 +30,10 @@ Violation = Literal[
 
 @dataclass(frozen=True)
 class Finding:
-    """One violation of ``property``. ``index`` is the output or step index it concerns, if
-    any; ``kind`` (see :mod:`verification.finding_kinds`) says whom it blames."""
+    """One ``violation`` of a checked property. ``index`` is the output or step index it
+    concerns, if any; ``kind`` (see :mod:`verification.finding_kinds`) says whom it blames."""
 
-    property: Violation
+    violation: Violation
     message: str
     program: Program
     seed: int
@@ -42,7 +43,7 @@ class Finding:
 
     def summary(self) -> str:
         where = "" if self.replay_index is None else f" (replay {self.replay_index})"
-        return f"[{self.kind}] {self.property}{where}: {self.message}"
+        return f"[{self.kind}] {self.violation}{where}: {self.message}"
 
 
 class InvalidProgram(Exception):
@@ -126,6 +127,37 @@ def check_breaks(
     return None
 
 
+def fresh_returns_read(program: Program, table: Mapping[str, OpSpec]) -> list[int]:
+    """Break steps whose result is a fresh tensor (not an argument, not a buffer the program
+    gave) that a later step or the program's outputs read."""
+    read = set(program.outputs) | {a for step in program.steps for a in step.args}
+    value, culprits = len(program.inputs), []
+    for index, step in enumerate(program.steps):
+        spec = table[step.op]
+        if spec.outputs == 0:
+            continue
+        fresh = spec.aliasing == "none" and not spec.out_buffers
+        if step.brk and fresh and value in read:
+            culprits.append(index)
+        value += 1
+    return culprits
+
+
+def _blame(finding: Finding, target: Target, table: Mapping[str, OpSpec]) -> Finding:
+    """A finding on a program that breaks the target's contract blames the op, not the target."""
+    if target.contract.refreshes_returns:
+        return finding
+    culprits = fresh_returns_read(finding.program, table)
+    if not culprits:
+        return finding
+    ops = ", ".join(f"step {i} ({finding.program.steps[i].op})" for i in culprits)
+    message = (
+        f"{ops} returned a fresh tensor that later steps read, which contract "
+        f"{target.contract.name} does not refresh at replay; {finding.message}"
+    )
+    return dataclasses.replace(finding, message=message, kind=OP_CONTRACT)
+
+
 def _describe(error: BaseException) -> str:
     lines = str(error).strip().splitlines()
     return f"{type(error).__name__}: {lines[0] if lines else ''}"
@@ -139,7 +171,20 @@ def check_program(
     replays: int = 3,
     ops: Sequence[OpSpec] | None = None,
 ) -> Finding | None:
-    """Captures ``program`` with ``target`` and checks ``replays`` replays against eager."""
+    """Captures ``program`` with ``target`` and checks ``replays`` replays against eager;
+    a finding's kind says whether the target or an op in the program broke the contract."""
+    finding = _check(program, target, device, seed, replays, ops)
+    return None if finding is None else _blame(finding, target, op_table(ops))
+
+
+def _check(
+    program: Program,
+    target: Target,
+    device: str,
+    seed: int = 0,
+    replays: int = 3,
+    ops: Sequence[OpSpec] | None = None,
+) -> Finding | None:
     table = op_table(ops)
     kind = "cuda" if device.startswith("cuda") else "sim"
     tol = program_tolerance(program, table)

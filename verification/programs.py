@@ -10,6 +10,7 @@ deterministic input values for a seed.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,12 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from verification.contracts import Contract, get_contract
+from verification.ops.out_buffer import (
+    ALLOC,
+    has_out_buffer_forms,
+    out_buffer_forms,
+    with_out_buffer_forms,
+)
 from verification.ops.spec import OpSpec, TensorMeta
 
 
@@ -65,7 +72,16 @@ def default_input_dtypes() -> tuple[torch.dtype, ...]:
 
 
 def op_table(ops: Sequence[OpSpec] | None = None) -> dict[str, OpSpec]:
-    return {spec.name: spec for spec in (default_ops() if ops is None else ops)}
+    """Every op a program may name: ``ops`` (default: the catalog), the buffer allocation
+    and the out-buffer forms derived from them."""
+    if ops is None:
+        return dict(_default_table())
+    return {spec.name: spec for spec in with_out_buffer_forms(ops)}
+
+
+@functools.cache
+def _default_table() -> dict[str, OpSpec]:
+    return {spec.name: spec for spec in with_out_buffer_forms(default_ops())}
 
 
 def produces_value(spec: OpSpec) -> bool:
@@ -108,16 +124,22 @@ def make_inputs(program: Program, seed: int, device: str) -> list[torch.Tensor]:
 
 
 def break_step_allowed(spec: OpSpec, allow_tensor_returns: bool) -> bool:
-    """Whether a step of ``spec`` may run inside a break for a target with this capability.
+    """Whether a step of ``spec`` may run inside a break under a contract that refreshes
+    returned tensors (``allow_tensor_returns``) or not (``out-buffer``).
 
-    Wrapping a capturable op as a break returns its output from the break, so only ops whose
-    output is a fresh tensor (no view or in-place result) qualify.
+    Under ``returns`` a break may return a fresh tensor, but not a view or in-place result.
+    Under ``out-buffer`` it returns nothing or one of its arguments: ops with a fresh result
+    run as breaks only through their out-buffer forms (:mod:`verification.ops.out_buffer`).
     """
-    if spec.kind == "break":
-        return allow_tensor_returns or not produces_value(spec)
+    if spec is ALLOC:
+        return False
+    if spec.out_buffers:
+        return not allow_tensor_returns
     if not produces_value(spec):
         return True
-    return allow_tensor_returns and spec.aliasing == "none"
+    if allow_tensor_returns:
+        return spec.aliasing == "none"
+    return spec.aliasing in ("inplace", "out")
 
 
 def _fits(spec: OpSpec, metas: Sequence[TensorMeta]) -> bool:
@@ -153,12 +175,15 @@ def _arg_tuples(
     overlapping: set[int],
     memory: Mapping[int, int],
 ):
-    combos = itertools.islice(itertools.product(live, repeat=spec.arity), _MAX_TUPLES)
+    """Argument tuples from live values; an out-buffer op's buffers are not among them."""
+    arity = spec.arity - spec.out_buffers
+    mutates = [i for i in spec.mutates if i < arity]
+    combos = itertools.islice(itertools.product(live, repeat=arity), _MAX_TUPLES)
     return [
         args
         for args in combos
-        if not any(args[i] in overlapping for i in spec.mutates)
-        and not _writes_into_another_argument(spec, args, memory)
+        if not any(args[i] in overlapping for i in mutates)
+        and not (mutates and _writes_into_another_argument(spec, args, memory))
         and _fits(spec, [env[a] for a in args])
     ]
 
@@ -222,17 +247,31 @@ def programs(
     contract: str | Contract = "returns",
 ) -> Program:
     """Random valid programs of 1..``max_ops`` steps with at most ``max_breaks`` breaks,
-    whose breaks keep ``contract``. ``allow_tensor_returns`` is the older spelling of
+    whose breaks keep ``contract`` (under ``out-buffer`` ops with a fresh result run as
+    breaks through their out-buffer forms). ``allow_tensor_returns`` is the older spelling of
     ``contract`` (True: ``returns``, False: ``out-buffer``)."""
     if allow_tensor_returns is not None:
         contract = "returns" if allow_tensor_returns else "out-buffer"
     allow_tensor_returns = get_contract(contract).refreshes_returns
     catalog = tuple(default_ops() if ops is None else ops)
+
+    def convertible(spec: OpSpec) -> bool:
+        """Under out-buffer, an op with a fresh result runs as a break in an out-buffer form."""
+        return not allow_tensor_returns and has_out_buffer_forms(spec)
+
     usable = [
-        s for s in catalog if s.kind != "break" or break_step_allowed(s, allow_tensor_returns)
+        s
+        for s in catalog
+        if s is not ALLOC
+        and not s.out_buffers
+        and (s.kind != "break" or break_step_allowed(s, allow_tensor_returns) or convertible(s))
     ]
     inputs = draw(_inputs(default_input_dtypes() if input_dtypes is None else input_dtypes))
     env: dict[int, TensorMeta] = dict(enumerate(inputs))
+    next_value = len(inputs)
+    # Static buffers (allocated before the capture) are numbered -1, -2, ... while drawing
+    # and become inputs after the drawn ones at the end.
+    static: list[TensorMeta] = []
     steps: list[Step] = []
     overlapping: set[int] = set()
     # The value whose memory each value lives in (itself unless it is a view or in-place result).
@@ -261,18 +300,44 @@ def programs(
         if out is None:
             reject()
         brk = spec.kind == "break"
+        convert = brk and not break_step_allowed(spec, allow_tensor_returns)
         if not brk and breaks < max_breaks and break_step_allowed(spec, allow_tensor_returns):
             brk = draw(st.integers(0, 3)) == 0
+        elif not brk and breaks < max_breaks and convertible(spec):
+            convert = brk = draw(st.integers(0, 3)) == 0
+        buffers: list[int] = []
+        if convert:
+            spec = draw(st.sampled_from(out_buffer_forms(spec)))
+            assert spec.buffer_metas is not None and args
+            for meta in spec.buffer_metas(metas, params):
+                if draw(st.booleans()):
+                    # Inside the capture: the buffer lives in the graph pool.
+                    alloc = (("dtype", meta.dtype), ("shape", meta.shape))
+                    steps.append(Step(ALLOC.name, (args[0],), alloc, False))
+                    buffer, next_value = next_value, next_value + 1
+                else:
+                    static.append(meta)
+                    buffer = -len(static)
+                env[buffer], memory[buffer] = meta, buffer
+                buffers.append(buffer)
+            args = (*args, *buffers)
+            metas = [env[a] for a in args]
+            out = spec.infer(metas, params)
+            assert out is not None, f"{spec.name} does not fit its own buffers"
         breaks += brk
         steps.append(Step(spec.name, tuple(args), tuple(sorted(params.items())), brk))
         if produces_value(spec):
             if _overlaps(spec, args, out, env, overlapping):
-                overlapping.add(len(env))
-            root = len(env)
+                overlapping.add(next_value)
+            root = next_value
             if spec.aliasing != "none" and args:
                 root = memory[args[spec.mutates[0] if spec.mutates else 0]]
-            memory[len(env)] = root
-            env[len(env)] = out
+            memory[next_value] = root
+            env[next_value] = out
+            next_value += 1
+        # A raw buffer is read only through what its break returns.
+        for buffer in buffers:
+            del env[buffer]
     if not steps:
         reject()
     # Returning an input unchanged checks nothing; prefer values the steps computed.
@@ -280,7 +345,25 @@ def programs(
     chosen = draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=3, unique=True))
     # The last value is usually the interesting one; a shrunk program keeps it.
     outputs = tuple(sorted({candidates[-1], *chosen} if draw(st.booleans()) else set(chosen)))
-    return Program(inputs, _with_drops(steps, outputs, len(env)), outputs)
+    return _with_static_buffers(inputs, static, steps, outputs)
+
+
+def _with_static_buffers(
+    inputs: tuple[TensorMeta, ...],
+    static: Sequence[TensorMeta],
+    steps: Sequence[Step],
+    outputs: tuple[int, ...],
+) -> Program:
+    """The program with static buffers as inputs after the drawn ones, values renumbered."""
+
+    def number(v: int) -> int:
+        if v < 0:
+            return len(inputs) - v - 1
+        return v if v < len(inputs) else v + len(static)
+
+    renumbered = [Step(s.op, tuple(map(number, s.args)), s.params, s.brk) for s in steps]
+    final_outputs = tuple(map(number, outputs))
+    return Program((*inputs, *static), _with_drops(renumbered, final_outputs, 0), final_outputs)
 
 
 def value_metas(program: Program, ops: Sequence[OpSpec] | None = None) -> list[TensorMeta]:

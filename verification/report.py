@@ -170,7 +170,7 @@ def render_reproducer(
     # One line: exception texts can span many and must not end the docstring.
     summary = finding.summary().splitlines()[0].replace('"""', "'")
     header = (
-        f'"""Reproducer for a {finding.property} finding ({finding.kind}) in target {target.name} ({device_kind}).\n\n'
+        f'"""Reproducer for a {finding.violation} finding ({finding.kind}) in target {target.name} ({device_kind}).\n\n'
         f"{summary}\nFuzzer command: {command}\nExits non-zero while the bug is present.\n"
         '"""\n\nimport functools\n\nimport torch\n\n'
     )

@@ -59,6 +59,11 @@ class OpSpec:
     ``aliasing="view"`` means the output may share memory with a tensor input.
     ``overlapping`` marks outputs whose elements may share memory (``expand``): neither
     they nor views of them may be the destination of an in-place or ``out=`` op.
+
+    Out-buffer break ops (:mod:`verification.ops.out_buffer`) take ``out_buffers`` trailing
+    tensors the program allocates for them (captured or static); ``buffer_metas(metas,
+    params)`` gives their metas from the other arguments' metas. ``infer`` of such an op
+    also accepts the other arguments' metas alone.
     """
 
     name: str
@@ -78,6 +83,8 @@ class OpSpec:
     rtol: float = 0.0
     atol: float = 0.0
     overlapping: bool = False
+    out_buffers: int = 0
+    buffer_metas: Callable[[Sequence[TensorMeta], Params], tuple[TensorMeta, ...]] | None = None
 
     def callable_for(self, decorate: Decorate) -> Callable[..., Any]:
         """The callable a step runs; break ops are built from ``source`` with ``decorate``."""

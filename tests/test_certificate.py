@@ -1,0 +1,58 @@
+"""The certificate records what a reviewer needs: target and commit, contract, environment,
+settings, per-check verdicts, coverage, and the sensitivity line that shows the harness's
+teeth in the environment where it was made."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from verification import sensitivity
+from verification.certify import certificate, markdown
+from verification.checks import CertifyRun, fuzz_check
+from verification.fuzz import CampaignConfig
+from verification.targets import load_target
+
+
+@pytest.fixture
+def two_planted(tmp_path, monkeypatch):
+    """A planted module whose first 'bug' is real and whose second is the clean target."""
+    (tmp_path / "two_planted.py").write_text(
+        "from tests.planted_targets import build as _build\n"
+        "BUGS = {'eager_run_twice': 'real', 'no_bug': 'clean, must be missed'}\n"
+        "def build(bug):\n    return _build(None if bug == 'no_bug' else bug)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sensitivity, "PLANTED_MODULES", ("two_planted",))
+    monkeypatch.setattr(sensitivity, "EXAMPLES", 10)
+    yield
+    sys.modules.pop("two_planted", None)
+
+
+def test_sensitivity_counts_found_and_missed_planted_bugs(bcg_kind, two_planted):
+    measured = sensitivity.measure(bcg_kind)
+    assert measured is not None
+    assert (measured["found"], measured["total"]) == (1, 2)
+    assert measured["targets"] == {"two_planted:eager_run_twice": True, "two_planted:no_bug": False}
+
+
+def test_sensitivity_is_none_outside_a_checkout(monkeypatch):
+    monkeypatch.setattr(sensitivity, "PLANTED_MODULES", ("no_such_tests.planted",))
+    assert sensitivity.measure("sim") is None
+
+
+def test_certificate_has_every_field_and_markdown_starts_simulated(bcg_kind, two_planted):
+    config = CampaignConfig(target="breakable_cudagraph", device=bcg_kind, examples=3)
+    run = CertifyRun(config, load_target("breakable_cudagraph"), bcg_kind)
+    cert = certificate(run, [fuzz_check(run)], "quick", sensitivity.measure(bcg_kind))
+    assert cert["target"]["name"] == "breakable_cudagraph" and cert["target"]["version"]
+    assert cert["contract"]["name"] == "returns"
+    assert set(cert["environment"]) >= {"torch", "cuda", "driver", "gpu", "hypothesis"}
+    assert set(cert["settings"]) >= {"profile", "seed", "examples", "max_ops", "max_breaks"}
+    assert cert["checks"][0]["name"] == "fuzz" and cert["checks"][0]["verdict"] == "pass"
+    assert set(cert["coverage"]) == {"ops", "break_ops", "break_positions", "input_dtypes"}
+    assert sum(cert["coverage"]["ops"].values()) >= 3
+    text = markdown(cert)
+    assert text.startswith("SIMULATED") == (bcg_kind == "sim")
+    assert "planted-bug targets found: 1 of 2" in text and "missed: two_planted:no_bug" in text

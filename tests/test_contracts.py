@@ -1,0 +1,102 @@
+"""Contracts are data: targets declare theirs (undeclared means vLLM's out-buffer), the CLI may
+override it, and a finding on a program that breaks the contract blames the op, not the target."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests import planted_targets, vllm_minimal
+from tests.test_oracle import OPS, TWO_BREAKS
+from verification.checks import CheckResult
+from verification.contracts import declared_contract, get_contract
+from verification.devices import UsageError
+from verification.finding_kinds import FINDING_KINDS, fails_certificate
+from verification.oracle import Finding, check_program, fresh_returns_read
+from verification.programs import op_table
+from verification.targets import load_target
+
+
+def test_unknown_contract_is_a_usage_error_naming_the_choices():
+    with pytest.raises(UsageError, match=r"unknown contract 'vllm'.*out-buffer, returns"):
+        get_contract("vllm")
+
+
+@pytest.mark.parametrize(
+    ("attributes", "expected"),
+    [
+        ({}, "out-buffer"),
+        ({"BREAK_CONTRACT": "returns"}, "returns"),
+        ({"BREAK_CONTRACT": "out-buffer"}, "out-buffer"),
+        ({"SUPPORTS_TENSOR_RETURNS": True}, "returns"),
+        ({"SUPPORTS_TENSOR_RETURNS": False}, "out-buffer"),
+        ({"BREAK_CONTRACT": "out-buffer", "SUPPORTS_TENSOR_RETURNS": True}, "out-buffer"),
+    ],
+)
+def test_declared_contract_reads_the_declaration_its_alias_or_defaults_to_out_buffer(
+    attributes, expected
+):
+    assert declared_contract(SimpleNamespace(**attributes)).name == expected
+
+
+def test_library_declares_returns_and_override_wins():
+    assert load_target("breakable_cudagraph").contract.name == "returns"
+    assert load_target("breakable_cudagraph", "out-buffer").contract.name == "out-buffer"
+    with pytest.raises(UsageError):
+        load_target("breakable_cudagraph", "nonsense")
+
+
+def test_fresh_return_read_later_is_found_statically():
+    table = op_table(OPS)
+    assert fresh_returns_read(TWO_BREAKS, table) == [1]
+
+
+def test_vllm_target_on_a_fresh_return_is_an_op_contract_finding(bcg_device):
+    finding = check_program(TWO_BREAKS, load_target(vllm_minimal.build(None)), bcg_device, ops=OPS)
+    assert finding is not None and finding.kind == "op-contract", finding
+    assert "step 1 (host_scale)" in finding.message
+
+
+def test_same_program_under_returns_passes_on_a_refreshing_target(bcg_device):
+    target = load_target(planted_targets.build(None))
+    assert check_program(TWO_BREAKS, target, bcg_device, ops=OPS) is None
+
+
+def test_a_refreshing_bug_under_returns_stays_a_target_bug(bcg_device):
+    target = load_target(planted_targets.build("output_not_copied_back"))
+    finding = check_program(TWO_BREAKS, target, bcg_device, seed=5, ops=OPS)
+    assert finding is not None and finding.kind == "target-bug"
+
+
+def _result(*kinds: str) -> CheckResult:
+    findings = [Finding("mismatch", "m", TWO_BREAKS, 0, kind=kind) for kind in kinds]
+    return CheckResult("fuzz", 1, 0.1, findings)
+
+
+def test_only_target_bugs_fail_a_check():
+    assert [k for k in FINDING_KINDS if fails_certificate(k)] == ["target-bug"]
+    assert _result().verdict == "pass"
+    assert _result("op-contract", "harness-error").verdict == "explained"
+    assert _result("op-contract", "target-bug").verdict == "fail"
+
+
+def test_vllm_adapter_without_vllm_is_a_one_line_usage_error():
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "verification", "fuzz", "--target", "verification.targets.vllm"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: ") and "pip install vllm" in done.stderr

@@ -1,0 +1,28 @@
+"""Under vLLM's ``out-buffer`` contract the fuzzer has teeth: a minimal vLLM-contract
+implementation passes, undeclared, and each of its planted bugs is found."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.vllm_minimal import BUGS, build
+from verification.fuzz import CampaignConfig, run_campaign
+from verification.targets import load_target
+
+
+def test_minimal_vllm_implementation_is_judged_by_out_buffer_when_undeclared():
+    assert load_target(build(None)).contract.name == "out-buffer"
+
+
+def test_minimal_vllm_implementation_passes_under_out_buffer(bcg_kind):
+    result = run_campaign(CampaignConfig(target=build(None), device=bcg_kind))
+    assert not result.findings, result.findings[0].summary()
+
+
+@pytest.mark.parametrize("bug", list(BUGS))
+def test_fuzzer_finds_planted_bug_of_the_vllm_minimal_implementation(bcg_kind, bug):
+    result = run_campaign(CampaignConfig(target=build(bug), device=bcg_kind))
+    assert result.findings, (
+        f"planted bug {bug!r} ({BUGS[bug]}) went unnoticed in {result.examples} examples"
+    )
+    assert result.findings[0].kind == "target-bug", result.findings[0].summary()

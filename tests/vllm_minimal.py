@@ -1,0 +1,142 @@
+"""A minimal implementation of vLLM's breakable-cudagraph contract, written from vLLM's
+documented behaviour, with bugs that can be switched on.
+
+What vLLM documents (``vllm/compilation/breakable_cudagraph.py``): a decorated function run
+inside an open capture segment ends the segment, runs eagerly, is recorded for replay and a
+new segment begins; outside a capture, or inside an eager step, it is a plain call. Replay
+runs the recorded graphs and eager calls in order and returns nothing: a break must write
+into caller-provided buffers (the ``out-buffer`` contract, which this module leaves
+undeclared so the harness's default applies). :func:`build` plants one of :data:`BUGS`.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from types import SimpleNamespace, TracebackType
+from typing import Any
+
+import torch
+
+BUGS: dict[str, str] = {
+    "eager_before_graphs": "replay runs every eager step before every graph",
+    "args_copied_at_capture": "an eager step replays on copies of its arguments taken at capture",
+    "kwargs_dropped": "an eager step replays without its keyword arguments",
+    "eager_before_feeding_graph": "an eager step is recorded before the graph that feeds it",
+    "nested_call_crashes": "a decorated call inside a decorated call ends a closed segment",
+}
+
+_active = threading.local()
+
+
+class _Capture:
+    """One breakable capture; ``bugs`` is set per planted variant by :func:`build`."""
+
+    bugs: frozenset[str] = frozenset()
+
+    def __init__(self, pool: Any = None) -> None:
+        # One pool for every segment, so memory handed from segment to segment stays put.
+        self.pool = torch.cuda.graph_pool_handle() if pool is None else pool
+        self.segments: list[tuple[str, Callable[[], Any]]] = []
+        self._graph: torch.cuda.CUDAGraph | None = None
+
+    @staticmethod
+    def current() -> _Capture | None:
+        return getattr(_active, "capture", None)
+
+    @property
+    def capturing(self) -> bool:
+        return self._graph is not None
+
+    def __enter__(self) -> _Capture:
+        if _Capture.current() is not None:
+            raise RuntimeError("a breakable capture is already open in this thread")
+        _active.capture = self
+        self._open_segment()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self.capturing:
+                self._close_segment()
+        finally:
+            _active.capture = None
+
+    def _open_segment(self) -> None:
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(pool=self.pool)
+        self._graph = graph
+
+    def _close_segment(self) -> None:
+        assert self._graph is not None, "no capture segment is open"
+        graph, self._graph = self._graph, None
+        graph.capture_end()
+        self.segments.append(("graph", graph.replay))
+
+    def add_eager(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Runs ``fn`` now, between two segments, and again at every replay; returns the
+        capture-time result, which replay does not refresh."""
+        replay_args, replay_kwargs = args, kwargs
+        if "args_copied_at_capture" in self.bugs:
+            replay_args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        if "kwargs_dropped" in self.bugs:
+            replay_kwargs = {}
+        step = functools.partial(fn, *replay_args, **replay_kwargs)
+        if "eager_before_feeding_graph" in self.bugs:
+            self.segments.append(("eager", step))
+            self._close_segment()
+        else:
+            self._close_segment()
+            self.segments.append(("eager", step))
+        result = fn(*args, **kwargs)
+        self._open_segment()
+        return result
+
+    def replay(self) -> None:
+        order = self.segments
+        if "eager_before_graphs" in self.bugs:
+            order = sorted(order, key=lambda segment: segment[0] != "eager")
+        for _, run in order:
+            run()
+
+
+def _decorator(bugs: frozenset[str]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def eager_break_during_capture(fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Makes ``fn`` an eager break while a capture segment is open."""
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            capture = _Capture.current()
+            inline = capture is None or not capture.capturing
+            if inline and not (capture is not None and "nested_call_crashes" in bugs):
+                return fn(*args, **kwargs)
+            assert capture is not None
+            return capture.add_eager(fn, *args, **kwargs)
+
+        return wrapper
+
+    return eager_break_during_capture
+
+
+def build(bug: str | None = None) -> SimpleNamespace:
+    """A target with ``bug`` planted (``None``: the correct variant)."""
+    if bug is not None and bug not in BUGS:
+        raise ValueError(f"unknown planted bug {bug!r}; choose one of {', '.join(BUGS)}")
+    bugs = frozenset({bug} if bug else ())
+    return SimpleNamespace(
+        __name__=f"vllm_minimal[{bug or 'clean'}]",
+        BreakableCUDAGraphCapture=type("BreakableCUDAGraphCapture", (_Capture,), {"bugs": bugs}),
+        eager_break_during_capture=_decorator(bugs),
+        REPRODUCER_IMPORT=f"from tests.vllm_minimal import build\ntarget = build({bug!r})",
+    )
+
+
+# The clean variant as a module: ``--target tests.vllm_minimal``.
+BreakableCUDAGraphCapture = _Capture
+eager_break_during_capture = _decorator(frozenset())
