@@ -83,7 +83,15 @@ def _ops_check(run: CertifyRun) -> CheckResult:
     return ops_check(run)
 
 
+def properties_check(run: CertifyRun) -> CheckResult:
+    """Every property of :mod:`verification.properties` (``check all``)."""
+    from verification.check_command import certify_check
+
+    return certify_check(run)
+
+
 CHECKS: list[Check] = [
     Check("fuzz", fuzz_check),
     Check("ops", _ops_check, applies=lambda run: bool(run.op_specs)),
+    Check("properties", properties_check, budget=lambda run: None),
 ]

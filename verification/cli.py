@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from verification import certify as certify_
-from verification import fuzz_op, sensitivity
+from verification import check_command, fuzz_op, sensitivity
 from verification.checks import CertifyRun
 from verification.contracts import CONTRACTS, get_contract
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
@@ -93,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     certify.add_argument("--mutants", type=_count(1), help="add the harness's mutation score")
     mutate_command.add_parser(commands, _count)
+
+    check_command.add_parser(commands, _count)
     return parser
 
 
@@ -204,6 +206,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if args.command == "fuzz-op":
             return fuzz_op.run(args, argv)
+
+        if args.command == "check":
+            return check_command.main(args, argv)
         return _certify(args)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -1,0 +1,184 @@
+"""Copies of the library, each with one planted bug that only a property check can see.
+
+:func:`build` loads a private copy of ``breakable_cudagraph`` (its own modules, its own
+thread state) and plants one bug of :data:`BUGS` into it, so every other behaviour is the
+library's own. ``strong_arguments`` is not a bug: it holds every break argument strongly,
+as ``lambda: fn(*args)`` would; the memory property must report it as memory held, never
+as a failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import torch
+
+import breakable_cudagraph
+
+# Closures the ``closures_kept_forever`` copy never lets go of.
+KEPT: list[Any] = []
+
+
+def _copy(tag: str) -> ModuleType:
+    name = f"_bcg_planted_{tag}"
+    if name in sys.modules:
+        return sys.modules[name]
+    root = Path(breakable_cudagraph.__file__).parent
+    spec = importlib.util.spec_from_file_location(
+        name, root / "__init__.py", submodule_search_locations=[str(root)]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _global_active_capture(lib: ModuleType) -> None:
+    lib.thread_state._state = SimpleNamespace()  # one slot for the whole process
+
+
+def _state_left_active(lib: ModuleType) -> None:
+    cls = lib.BreakableCUDAGraphCapture
+    abort = cls._abort
+
+    def _abort(self: Any, exc: BaseException) -> None:
+        abort(self, exc)
+        lib.thread_state.set_active_capture(self)
+
+    cls._abort = _abort
+
+
+def _private_pool_per_segment(lib: ModuleType) -> None:
+    def _begin_graph(self: Any) -> None:
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(
+            pool=torch.cuda.graph_pool_handle(), capture_error_mode=self.capture_error_mode
+        )
+        self._open_graph = graph
+
+    lib.BreakableCUDAGraphCapture._begin_graph = _begin_graph
+
+
+def _closures_kept_forever(lib: ModuleType) -> None:
+    cls = lib.BreakableCUDAGraphCapture
+    record = cls._record_step
+
+    def _record_step(self: Any, *args: Any) -> None:
+        record(self, *args)
+        step = self._segments[-1]
+        KEPT.append((step.call, step.static_result))
+
+    cls._record_step = _record_step
+
+
+def _nested_capture_let_through(lib: ModuleType) -> None:
+    cls = lib.BreakableCUDAGraphCapture
+    enter = cls.__enter__
+
+    def __enter__(self: Any) -> Any:
+        outer = lib.thread_state.active_capture()
+        lib.thread_state.set_active_capture(None)  # the nesting check sees nothing open
+        try:
+            return enter(self)
+        except BaseException:
+            lib.thread_state.set_active_capture(outer)
+            raise
+
+    cls.__enter__ = __enter__
+
+
+def _nested_break_recorded_twice(lib: ModuleType) -> None:
+    def eager_break_during_capture(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def eager_break(*args: Any, **kwargs: Any) -> Any:
+            capture = lib.thread_state.active_capture()
+            if capture is None:
+                return fn(*args, **kwargs)
+            if lib.thread_state.in_eager_step():
+                result = fn(*args, **kwargs)
+                call = functools.partial(fn, *args, **kwargs)
+                capture._segments.append(lib.segments.EagerStep(fn.__name__, call, None))
+                return result
+            return capture.add_eager_call(fn, args, kwargs)
+
+        return eager_break
+
+    lib.eager_break_during_capture = eager_break_during_capture
+
+
+def _unordered_side_stream(lib: ModuleType) -> None:
+    def replay(self: Any) -> None:
+        side = torch.cuda.Stream()  # never waits for the caller, nor the caller for it
+        with torch.cuda.stream(side), lib.thread_state.eager_step_running():
+            result = self.call()
+            lib.segments.copy_result_back(self.name, self.static_result, result)
+
+    lib.segments.EagerStep.replay = replay
+
+
+def _strong_arguments(lib: ModuleType) -> None:
+    lib.arguments._construct_storage = None  # every tensor argument held by reference
+
+
+# name -> (what it plants, the property that must find it, how to plant it)
+BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
+    "global_active_capture": (
+        "a process-global active capture instead of a per-thread one",
+        "threads",
+        _global_active_capture,
+    ),
+    "state_left_active": (
+        "the active capture left set after an exception",
+        "faults",
+        _state_left_active,
+    ),
+    "private_pool_per_segment": ("a private pool per segment", "pool", _private_pool_per_segment),
+    "closures_kept_forever": (
+        "every eager closure kept alive forever",
+        "pool",
+        _closures_kept_forever,
+    ),
+    "nested_capture_let_through": (
+        "a nested capture let through",
+        "nested",
+        _nested_capture_let_through,
+    ),
+    "nested_break_recorded_twice": (
+        "a decorated call inside an eager step records a second break",
+        "nested",
+        _nested_break_recorded_twice,
+    ),
+    "unordered_side_stream": (
+        "eager steps run on a stream the caller's stream never waits for",
+        "stream-order",
+        _unordered_side_stream,
+    ),
+}
+NOT_BUGS: dict[str, Callable[[ModuleType], None]] = {"strong_arguments": _strong_arguments}
+
+
+def build(variant: str | None = None) -> SimpleNamespace:
+    """The library copy with ``variant`` planted (``None``: an unmodified copy)."""
+    plants = {name: plant for name, (_, _, plant) in BUGS.items()} | NOT_BUGS
+    if variant is not None and variant not in plants:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(plants)}")
+    lib = _copy(variant or "clean")
+    if variant is not None and not getattr(lib, "_planted", False):
+        plants[variant](lib)
+        lib._planted = True
+    return SimpleNamespace(
+        __name__=f"planted-property[{variant or 'clean'}]",
+        BreakableCUDAGraphCapture=lib.BreakableCUDAGraphCapture,
+        eager_break_during_capture=lib.eager_break_during_capture,
+        BREAK_CONTRACT="returns",
+        REPRODUCER_IMPORT=(
+            f"from tests.planted_property_targets import build\ntarget = build({variant!r})"
+        ),
+    )

@@ -1,0 +1,70 @@
+"""Runs one property check for a test, on the suite's device, within the hypothesis profile.
+
+In-process on the simulator. On a GPU a planted target runs through the ``check`` command in
+a child process, since its bug may leave a stream capturing for the rest of the process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hypothesis import settings
+
+from tests.planted_property_targets import build
+from verification.check_command import run_properties
+from verification.properties.base import CheckResult, PropertyFinding
+from verification.targets import load_target
+
+ROOT = Path(__file__).resolve().parent.parent
+CI_CYCLES = 30
+
+
+def _in_child(prop: str, variant: str, kind: str, tmp_path: Path) -> list[PropertyFinding]:
+    module = tmp_path / f"planted_{variant}.py"
+    module.write_text(
+        "from tests.planted_property_targets import build\n"
+        f"globals().update({{k: v for k, v in vars(build({variant!r})).items() if k != '__name__'}})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verification",
+            "check",
+            prop,
+            "--target",
+            module.stem,
+            "--device",
+            kind,
+            "--examples",
+            str(settings.default.max_examples),
+            "--cycles",
+            str(CI_CYCLES),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("FINDING ")]
+    return [PropertyFinding(prop, line.split(": ")[1], line, None) for line in lines]
+
+
+def check(prop: str, variant: str | None, kind: str, tmp_path: Path) -> list[PropertyFinding]:
+    """The findings of ``prop`` on the library (``variant`` None) or a planted copy."""
+    if variant is not None and kind == "cuda":
+        return _in_child(prop, variant, kind, tmp_path)
+    target = load_target("breakable_cudagraph" if variant is None else build(variant))
+    results: list[CheckResult] = run_properties(
+        prop, target, kind, settings.default.max_examples, cycles=CI_CYCLES
+    )
+    return results[0].findings
+
+
+def failing(findings: list[PropertyFinding]) -> list[PropertyFinding]:
+    return [f for f in findings if f.fails]

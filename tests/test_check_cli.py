@@ -1,0 +1,84 @@
+"""``python -m verification check``: exit 0 when every property holds, 1 with a reproducer that
+fails while the bug is present, 2 with one error line for bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cli(*args: str, extra: Path | None = None) -> subprocess.CompletedProcess[str]:
+    paths = [str(ROOT)] + ([str(extra)] if extra else [])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    return subprocess.run(
+        [sys.executable, "-m", "verification", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_check_exits_0_when_the_property_holds(bcg_kind):
+    done = _cli("check", "faults", "--device", bcg_kind, "--examples", "3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 of 1 properties hold" in done.stdout.splitlines()[-1]
+
+
+def test_check_exits_1_and_writes_a_reproducer_that_fails(bcg_kind, tmp_path):
+    (tmp_path / "left_active.py").write_text(
+        "from tests.planted_property_targets import build\n"
+        "globals().update({k: v for k, v in vars(build('state_left_active')).items() "
+        "if k != '__name__'})\n"
+    )
+    report = tmp_path / "report"
+    done = _cli(
+        "check",
+        "faults",
+        "--target",
+        "left_active",
+        "--device",
+        bcg_kind,
+        "--examples",
+        "10",
+        "--report",
+        str(report),
+        extra=tmp_path,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    scripts = list(report.glob("*.py"))
+    assert scripts, done.stdout
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    rerun = subprocess.run(
+        [sys.executable, str(scripts[0])],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert rerun.returncode == 1, rerun.stdout + rerun.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("check", "no-such-property"),
+        ("check", "pool", "--examples", "0"),
+        ("check", "pool", "--cycles", "2"),
+        ("check", "pool", "--contract", "bogus", "--device", "sim"),
+        ("check", "pool", "--device", "sim", "--report", "/proc/no/such/dir"),
+    ],
+)
+def test_check_usage_errors_exit_2_with_one_error_line(args):
+    done = _cli(*args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr

@@ -1,0 +1,38 @@
+"""Property 1, memory-pool reuse: the library holds it, and the checker finds a private pool
+per segment, closures kept alive forever, and reports strongly held arguments as memory held."""
+
+from __future__ import annotations
+
+from tests.property_checks import check, failing
+from verification.properties.base import CheckConfig
+from verification.properties.pool import out_of_order_demonstration
+from verification.targets import load_target
+
+
+def test_library_shares_one_pool_and_frees_everything(bcg_kind, tmp_path):
+    findings = check("pool", None, bcg_kind, tmp_path)
+    assert not failing(findings), failing(findings)[0].message
+    assert not [f for f in findings if f.kind == "memory-held"], findings
+
+
+def test_out_of_order_replay_is_demonstrated_and_never_counts_against_the_target(
+    bcg_kind, bcg_device
+):
+    config = CheckConfig(load_target("breakable_cudagraph"), bcg_kind, bcg_device, 1)
+    demonstration = out_of_order_demonstration(config)
+    assert demonstration.kind == "known-unsafe" and not demonstration.fails, demonstration
+
+
+def test_private_pool_per_segment_is_found(bcg_kind, tmp_path):
+    assert failing(check("pool", "private_pool_per_segment", bcg_kind, tmp_path))
+
+
+def test_closures_kept_alive_forever_are_found(bcg_kind, tmp_path):
+    assert failing(check("pool", "closures_kept_forever", bcg_kind, tmp_path))
+
+
+def test_strongly_held_arguments_are_memory_held_not_a_bug(bcg_kind, tmp_path):
+    findings = check("pool", "strong_arguments", bcg_kind, tmp_path)
+    assert not failing(findings), failing(findings)[0].message
+    held = [f for f in findings if f.kind == "memory-held"]
+    assert held and "bytes" in held[0].message, findings

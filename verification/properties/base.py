@@ -1,0 +1,159 @@
+"""What every property check shares: its configuration, its findings and the hypothesis driver.
+
+A check receives a :class:`CheckConfig` (target, device, budgets) and returns a
+:class:`CheckResult`. A :class:`PropertyFinding` carries a finding kind of
+:mod:`verification.finding_kinds`: ``target-bug`` fails the target; the kinds added here,
+``memory-held`` (memory kept alive without being wrong, with its figure) and
+``known-unsafe`` (a documented hazard the checker demonstrated), never do. :func:`search` runs hypothesis until a failing finding and
+shrinks it.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis.errors import FlakyFailure
+
+from verification.finding_kinds import fails_certificate, register_finding_kind
+from verification.programs import Program, programs
+from verification.targets import Target
+
+MEMORY_HELD = register_finding_kind(
+    "memory-held",
+    False,
+    "the target is correct but keeps alive memory it could release (the figure says how much)",
+).name
+KNOWN_UNSAFE = register_finding_kind(
+    "known-unsafe",
+    False,
+    "a documented hazard (replaying captures of one pool out of order), demonstrated by the "
+    "checker; never a target bug",
+).name
+
+
+@dataclass(frozen=True)
+class PropertyFinding:
+    """One observation of a property check; ``program`` is the (shrunk) example, if any."""
+
+    prop: str
+    kind: str
+    message: str
+    program: Program | None = None
+    seed: int | None = None
+    scenario: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def fails(self) -> bool:
+        return fails_certificate(self.kind)
+
+    def summary(self) -> str:
+        return f"{self.prop}: {self.kind}: {self.message.splitlines()[0] if self.message else ''}"
+
+
+@dataclass
+class CheckConfig:
+    """Budgets of one check. ``examples`` is the hypothesis budget, ``cycles`` the repetition
+    property's cycle count."""
+
+    target: Target
+    kind: str  # "cuda" or "sim"
+    device: str  # the torch device tensors are allocated on
+    examples: int
+    seed: int = 0
+    cycles: int = 100
+    max_ops: int = 6
+    max_breaks: int = 3
+
+
+@dataclass
+class CheckResult:
+    prop: str
+    examples: int
+    elapsed_s: float
+    findings: list[PropertyFinding] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return any(f.fails for f in self.findings)
+
+
+class Found(Exception):
+    """Raised inside a hypothesis example so that hypothesis shrinks the finding."""
+
+    def __init__(self, finding: PropertyFinding) -> None:
+        super().__init__(finding.summary())
+        self.finding = finding
+
+
+def _settings(examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        report_multiple_bugs=False,
+        verbosity=Verbosity.quiet,
+        suppress_health_check=list(HealthCheck),
+        phases=[p for p in Phase if p is not Phase.explain],
+    )
+
+
+def program_strategy(
+    config: CheckConfig, *, max_ops: int | None = None, ops: Any = None
+) -> st.SearchStrategy[Program]:
+    """The fuzzer's generator, under the target's break contract."""
+    return programs(
+        max_ops=max_ops or config.max_ops,
+        max_breaks=config.max_breaks,
+        ops=ops,
+        contract=config.target.contract,
+    )
+
+
+def search(
+    config: CheckConfig,
+    strategy: st.SearchStrategy[Any],
+    body: Callable[[Any], PropertyFinding | None],
+    examples: int | None = None,
+) -> tuple[int, PropertyFinding | None]:
+    """Runs ``body`` on drawn values until it returns a failing finding; (examples, finding)."""
+    counter = [0]
+
+    @hypothesis_seed(config.seed)
+    @_settings(examples if examples is not None else config.examples)
+    @given(strategy)
+    def example(value: Any) -> None:
+        counter[0] += 1
+        finding = body(value)
+        if finding is not None:
+            raise Found(finding)
+
+    try:
+        example()
+    except Found as found:
+        return counter[0], found.finding
+    except FlakyFailure as flaky:
+        found = [e for e in flaky.exceptions if isinstance(e, Found)]
+        if not found:
+            raise
+        return counter[0], found[0].finding
+    return counter[0], None
+
+
+def timed(prop: str, run: Callable[[], tuple[int, list[PropertyFinding]]]) -> CheckResult:
+    """Runs a check with the heap so far frozen: the checks collect garbage often, and a
+    full collection walks all of torch and hypothesis (a second each on a busy machine)."""
+    start = time.perf_counter()
+    gc.collect()
+    gc.freeze()
+    try:
+        examples, findings = run()
+    finally:
+        gc.unfreeze()
+    return CheckResult(prop, examples, time.perf_counter() - start, findings)

@@ -1,0 +1,199 @@
+"""Property 4, faults: an exception anywhere propagates and leaves everything usable.
+
+Into a drawn program an exception is injected at a drawn point: in the captured region, in
+an eager step at capture, in an eager step at replay, at a segment's ``capture_end``, or a
+capture-illegal call (a device sync, ``.item()``) in the captured region. Each time the
+exception must propagate, no stream may be left capturing, no capture active, and the next
+capture into the same pool and its replays, and the next replay of a capture that failed
+mid-replay, must equal eager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from verification.programs import Program
+from verification.properties.base import (
+    CheckConfig,
+    CheckResult,
+    PropertyFinding,
+    program_strategy,
+    search,
+    timed,
+)
+from verification.properties.runs import ProgramRun
+
+NAME = "faults"
+POINTS = ("captured-region", "eager-at-capture", "eager-at-replay", "capture-end", "illegal-call")
+ILLEGAL_CALLS: dict[str, Callable[[dict[int, torch.Tensor]], Any]] = {
+    "synchronize": lambda env: torch.cuda.synchronize(),
+    "item": lambda env: next(iter(env.values())).sum().item(),
+}
+
+
+class InjectedFault(Exception):
+    """The exception the checker injects; it must come out of the target unchanged."""
+
+
+class Injector:
+    """Raises :class:`InjectedFault` at the ``nth`` occurrence of ``point``."""
+
+    def __init__(self, point: str, nth: int, illegal: str) -> None:
+        self.point = point
+        self.nth = nth
+        self.illegal = illegal
+        self.phase = "warm-up"
+        self.count = 0
+        self.fired = False
+
+    def _maybe(self, point: str, action: Callable[[], Any] | None = None) -> None:
+        if self.fired or point != self.point:
+            return
+        if self.count == self.nth:
+            self.fired = True
+            if action is not None:
+                action()
+            raise InjectedFault(f"injected at {point} #{self.nth}")
+        self.count += 1
+
+    def hook(self, index: int, env: dict[int, torch.Tensor]) -> None:
+        self.phase = "capture"
+        self._maybe("captured-region")
+        if self.point == "illegal-call" and env:
+            self._maybe("illegal-call", lambda: ILLEGAL_CALLS[self.illegal](env))
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def faulty(*args: Any, **kwargs: Any) -> Any:
+            if self.phase in ("capture", "replay"):
+                self._maybe(f"eager-at-{self.phase}")
+            return fn(*args, **kwargs)
+
+        return faulty
+
+    @contextlib.contextmanager
+    def capture_end_faults(self) -> Iterator[None]:
+        """``CUDAGraph.capture_end`` raises after ending the graph at the chosen call."""
+        graph_class = torch.cuda.CUDAGraph
+        original = graph_class.capture_end
+
+        def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(graph, *args, **kwargs)
+            if self.phase == "capture":
+                self._maybe("capture-end")
+            return result
+
+        graph_class.capture_end = capture_end
+        try:
+            yield
+        finally:
+            graph_class.capture_end = original
+
+
+def _left_active(target: Any) -> str | None:
+    if target.BreakableCUDAGraphCapture.current() is not None:
+        return "a capture is still active in this thread"
+    if torch.cuda.is_current_stream_capturing():
+        return "the caller's stream is still capturing"
+    try:
+        torch.cuda.synchronize()
+    except RuntimeError as error:
+        return f"the device cannot synchronize: a stream is left capturing ({error})"
+    return None
+
+
+def _fault_problem(
+    program: Program, point: str, nth: int, illegal: str, config: CheckConfig
+) -> str | None:
+    target = config.target
+    injector = Injector(point, nth % 4, illegal)
+    pool = torch.cuda.graph_pool_handle()
+    where = f"a fault at {point} #{injector.nth}" + (
+        f" ({illegal})" if point == "illegal-call" else ""
+    )
+    propagated: BaseException | None = None
+    run: ProgramRun | None = None
+    try:
+        with injector.capture_end_faults():
+            run = ProgramRun(
+                program,
+                target,
+                config.kind,
+                config.device,
+                config.seed,
+                pool=pool,
+                hook=injector.hook,
+                wrap=injector.wrap,
+            )
+    except Exception as error:
+        propagated = error
+    if run is not None and point == "eager-at-replay":
+        injector.phase = "replay"
+        try:
+            run.replay_problem(config.seed + 1)
+        except Exception as error:
+            propagated = error
+        injector.phase = "done"
+    if not injector.fired:
+        return None  # the drawn point does not occur in this program
+    if propagated is None:
+        return f"{where} was swallowed: no exception came out"
+    if point != "illegal-call" and not isinstance(propagated, InjectedFault):
+        return f"{where} came out as {propagated!r} instead of the injected exception"
+    left = _left_active(target)
+    if left is not None:
+        return f"after {where}: {left}"
+    if run is not None:
+        problem = run.replay_problem(config.seed + 2)
+        if problem is not None:
+            return f"the replay after {where}: {problem}"
+        run.drop()
+    try:
+        again = ProgramRun(program, target, config.kind, config.device, config.seed, pool=pool)
+    except Exception as error:
+        return f"the next capture into the same pool after {where} raised {error!r}"
+    for replay in range(2):
+        problem = again.replay_problem(config.seed + 3 + replay)
+        if problem is not None:
+            return f"the next capture after {where}, replay {replay}: {problem}"
+    again.drop()
+    return None
+
+
+def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's program (a reproducer calls this)."""
+    return _fault_problem(
+        program,
+        scenario.get("point", "captured-region"),
+        scenario.get("nth", 0),
+        scenario.get("illegal", "synchronize"),
+        config,
+    )
+
+
+def check(config: CheckConfig) -> CheckResult:
+    def run() -> tuple[int, list[PropertyFinding]]:
+        def body(drawn: tuple[Program, str, int, str]) -> PropertyFinding | None:
+            program, point, nth, illegal = drawn
+            problem = _fault_problem(program, point, nth, illegal, config)
+            if problem is None:
+                return None
+            scenario = (("point", point), ("nth", nth % 4), ("illegal", illegal))
+            return PropertyFinding(NAME, "target-bug", problem, program, config.seed, scenario)
+
+        strategy = st.tuples(
+            program_strategy(config),
+            st.sampled_from(POINTS),
+            st.integers(0, 3),
+            st.sampled_from(tuple(ILLEGAL_CALLS)),
+        )
+        examples, found = search(config, strategy, body)
+        return examples, [found] if found else []
+
+    return timed(NAME, run)

@@ -1,0 +1,177 @@
+"""Property 2, nested capture: a capture opened inside a capture raises a clear error, the
+outer capture stays intact, and a decorated op called inside a decorated op runs inline.
+
+A drawn program is captured; before a drawn step a nested capture is attempted (a new capture
+object, one made beforehand, one inside an ``add_eager`` step, one inside a decorated op).
+It must raise an error naming the capture; the outer capture must then finish, replay equal
+to eager, and leave nothing active or capturing. A decorated op calling another must run the
+inner one exactly once per capture and per replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from verification.programs import Program
+from verification.properties.base import (
+    CheckConfig,
+    CheckResult,
+    PropertyFinding,
+    program_strategy,
+    search,
+    timed,
+)
+from verification.properties.runs import ProgramRun
+
+NAME = "nested"
+PLACES = ("capture", "second-object", "eager-step", "decorated-op")
+REPLAYS = 2
+
+
+class _Attempt:
+    """Opens a nested capture at one place, once, and remembers what happened."""
+
+    def __init__(self, config: CheckConfig, place: str, at: int) -> None:
+        self.target = config.target
+        self.place = place
+        self.at = at
+        self.outcome: BaseException | str | None = "not tried"
+        self.prepared = (
+            self.target.BreakableCUDAGraphCapture() if place == "second-object" else None
+        )
+        self.decorated = self.target.eager_break_during_capture(self._try_nested)
+
+    def _try_nested(self, _: Any = None) -> None:
+        if self.outcome != "not tried":
+            return  # at replay the step only runs, it tries nothing
+        inner = self.prepared or self.target.BreakableCUDAGraphCapture()
+        try:
+            with inner:
+                pass
+        except Exception as error:
+            self.outcome = error
+        else:
+            self.outcome = None
+
+    def hook(self, index: int, env: dict[int, torch.Tensor]) -> None:
+        if index != self.at:
+            return
+        if self.place in ("capture", "second-object"):
+            self._try_nested()
+        elif self.place == "eager-step":
+            self.target.BreakableCUDAGraphCapture.current().add_eager(self._try_nested)
+        else:
+            self.decorated(next(iter(env.values()), None))
+
+
+def _clear(error: BaseException) -> bool:
+    text = str(error).lower()
+    return "captur" in text or "nest" in text
+
+
+def _left_active(target: Any) -> str | None:
+    if target.BreakableCUDAGraphCapture.current() is not None:
+        return "a capture is still active in this thread"
+    if torch.cuda.is_current_stream_capturing():
+        return "the caller's stream is still capturing"
+    return None
+
+
+def _nested_capture_problem(
+    program: Program, place: str, at: int, config: CheckConfig
+) -> str | None:
+    attempt = _Attempt(config, place, at)
+    try:
+        run = ProgramRun(
+            program, config.target, config.kind, config.device, config.seed, hook=attempt.hook
+        )
+    except Exception as error:
+        return f"the outer capture failed after a nested capture ({place}): {error!r}"
+    finally:
+        left = _left_active(config.target)
+    where = f"a nested capture ({place}, before step {at})"
+    if attempt.outcome is None:
+        return f"{where} was let through"
+    if isinstance(attempt.outcome, BaseException) and not _clear(attempt.outcome):
+        return f"{where} raised an unclear error: {attempt.outcome!r}"
+    if left is not None:
+        return f"after {where}: {left}"
+    for replay in range(REPLAYS):
+        problem = run.replay_problem(config.seed + 1 + replay)
+        if problem is not None:
+            return f"after {where}, replay {replay}: {problem}"
+    run.drop()
+    return None
+
+
+def _nested_decorated_problem(config: CheckConfig) -> str | None:
+    """A decorated op calling a decorated op: the inner one runs inline, once each time."""
+    target, device = config.target, config.device
+    counts = {"inner": 0}
+
+    @target.eager_break_during_capture
+    def inner(x: torch.Tensor, out: torch.Tensor) -> None:
+        counts["inner"] += 1
+        out.copy_(x * 2)
+
+    @target.eager_break_during_capture
+    def outer(x: torch.Tensor, out: torch.Tensor) -> None:
+        inner(x, out)
+        out.add_(1)
+
+    x = torch.ones(8, device=device)
+    out = torch.zeros(8, device=device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        capture = target.BreakableCUDAGraphCapture()
+        with capture:
+            y = x + 1
+            outer(y, out)
+            z = out * 3
+    torch.cuda.current_stream().wait_stream(side)
+    if counts["inner"] != 1:
+        return f"the inner decorated op ran {counts['inner']} times at capture, expected once"
+    for value in (2.0, -1.0, 5.0):
+        counts["inner"] = 0
+        x.fill_(value)
+        capture.replay()
+        torch.cuda.synchronize()
+        if counts["inner"] != 1:
+            return (
+                f"the inner decorated op ran {counts['inner']} times in one replay, expected once"
+            )
+        if not torch.equal(z, torch.full_like(z, ((value + 1) * 2 + 1) * 3)):
+            return f"a decorated op calling a decorated op replayed wrong values for input {value}"
+    return None
+
+
+def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's program (a reproducer calls this)."""
+    return _nested_decorated_problem(config) or _nested_capture_problem(
+        program, scenario.get("place", "capture"), scenario.get("before_step", 0), config
+    )
+
+
+def check(config: CheckConfig) -> CheckResult:
+    def run() -> tuple[int, list[PropertyFinding]]:
+        problem = _nested_decorated_problem(config)
+        if problem is not None:
+            return 1, [PropertyFinding(NAME, "target-bug", problem)]
+
+        def body(drawn: tuple[Program, str, int]) -> PropertyFinding | None:
+            program, place, at = drawn
+            problem = _nested_capture_problem(program, place, at % len(program.steps), config)
+            if problem is None:
+                return None
+            scenario = (("place", place), ("before_step", at % len(program.steps)))
+            return PropertyFinding(NAME, "target-bug", problem, program, config.seed, scenario)
+
+        strategy = st.tuples(program_strategy(config), st.sampled_from(PLACES), st.integers(0, 7))
+        examples, found = search(config, strategy, body)
+        return examples + 1, [found] if found else []
+
+    return timed(NAME, run)

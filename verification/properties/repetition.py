@@ -1,0 +1,98 @@
+"""Property 6, memory under repetition: cycles of capture, replay and reset stay flat.
+
+One drawn program is captured, replayed and reset ``cycles`` times (10,000 in the thorough
+GPU run, a few hundred in CI), each cycle on fresh static inputs and into a fresh pool, as a
+server re-capturing would. After the warm-up cycles reserved memory must not grow, the live
+CUDA graph objects must not pile up, and the first cycle's capture and inputs must die: no
+pinned pool, no leaked graph. The first and last cycles' replays must equal eager.
+"""
+
+from __future__ import annotations
+
+import gc
+import warnings
+import weakref
+from typing import Any
+
+import torch
+
+from verification.programs import Program
+from verification.properties.base import (
+    CheckConfig,
+    CheckResult,
+    PropertyFinding,
+    program_strategy,
+    search,
+    timed,
+)
+from verification.properties.runs import ProgramRun, reserved, settle
+
+NAME = "repetition"
+WARM_UP = 3
+
+
+def _live_graphs() -> int:
+    # isinstance on every live object trips deprecation warnings of lazily loaded modules.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sum(isinstance(o, torch.cuda.CUDAGraph) for o in gc.get_objects())
+
+
+def _cycle(program: Program, config: CheckConfig, check_replay: bool) -> tuple[str | None, list]:
+    run = ProgramRun(program, config.target, config.kind, config.device, config.seed)
+    problem = run.replay_problem(config.seed + 1) if check_replay else None
+    if not check_replay:
+        run.capture.replay()
+    refs = [weakref.ref(run.capture), *(weakref.ref(t) for t in run.static_inputs)]
+    run.drop()
+    return problem, refs
+
+
+def repetition_problem(program: Program, config: CheckConfig) -> str | None:
+    cycles = max(config.cycles, WARM_UP + 1)
+    first_refs: list = []
+    for cycle in range(WARM_UP):
+        problem, refs = _cycle(program, config, check_replay=cycle == 0)
+        if problem is not None:
+            return f"cycle {cycle}: {problem}"
+        first_refs = first_refs or refs
+    settle(config.kind)
+    base_reserved, base_graphs = reserved(), _live_graphs()
+    for cycle in range(WARM_UP, cycles):
+        problem, _ = _cycle(program, config, check_replay=cycle == cycles - 1)
+        if problem is not None:
+            return f"cycle {cycle}: {problem}"
+    settle(config.kind)
+    grown = reserved() - base_reserved
+    if grown > 0:
+        return (
+            f"reserved memory grew by {grown} bytes over {cycles - WARM_UP} cycles of capture, "
+            f"replay and reset ({grown / (cycles - WARM_UP):.0f} bytes per cycle)"
+        )
+    graphs = _live_graphs() - base_graphs
+    if graphs > 0:
+        return f"{graphs} CUDA graphs were left alive by {cycles - WARM_UP} cycles"
+    if any(ref() is not None for ref in first_refs):
+        return "the first cycle's capture or its static inputs are still alive after reset"
+    return None
+
+
+def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's program (a reproducer calls this)."""
+    return repetition_problem(program, config)
+
+
+def check(config: CheckConfig) -> CheckResult:
+    def run() -> tuple[int, list[PropertyFinding]]:
+        def body(program: Program) -> PropertyFinding | None:
+            problem = repetition_problem(program, config)
+            if problem is None:
+                return None
+            return PropertyFinding(NAME, "target-bug", problem, program, config.seed)
+
+        strategy = program_strategy(config).filter(lambda p: p.num_breaks > 0)
+        # One long run is the point; a few programs cover different break layouts.
+        examples, found = search(config, strategy, body, max(1, min(3, config.examples // 10)))
+        return examples, [found] if found else []
+
+    return timed(NAME, run)

@@ -1,0 +1,68 @@
+"""Reproducer scripts for property findings, and the entry point they call.
+
+:func:`render` writes a script that binds the target as the finding's target did, spells
+the shrunk program as data and calls :func:`reproduce`, which re-checks that one program
+under the finding's scenario. The script exits 1 while the bug is present and 0 once fixed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from verification.devices import device_context, resolve_device
+from verification.programs import Program
+from verification.properties.base import CheckConfig, PropertyFinding
+from verification.targets import Target, load_target
+
+
+def render(finding: PropertyFinding, target: Target, kind: str, command: str) -> str:
+    assert finding.program is not None
+    import_code = target.import_code or f"import {target.name} as target"
+    return (
+        f'"""Reproducer for a {finding.prop} {finding.kind} finding in target {target.name} '
+        f"({kind}).\n\n{finding.summary().replace(chr(34) * 3, chr(39))}\n"
+        f'Command: {command}\nExits 1 while the bug is present, 0 once it is fixed.\n"""\n\n'
+        "import sys\n\nimport torch  # noqa: F401  (the program's dtypes)\n\n"
+        "from verification.ops.spec import TensorMeta  # noqa: F401\n"
+        "from verification.programs import Program, Step  # noqa: F401\n"
+        "from verification.properties.reproduce import reproduce\n"
+        f"{import_code}\n\n"
+        f"PROGRAM = {finding.program!r}\n"
+        f"SCENARIO = {dict(finding.scenario)!r}\n\n"
+        'if __name__ == "__main__":\n'
+        f"    sys.exit(reproduce({finding.prop!r}, target, PROGRAM, SCENARIO, "
+        f"seed={finding.seed or 0}, device={kind!r}, contract={target.contract.name!r}))\n"
+    )
+
+
+def write(directory: Path, number: int, finding: PropertyFinding, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"property_{number}_{finding.prop}_{finding.kind}.py"
+    path.write_text(text)
+    return path
+
+
+def reproduce(
+    prop: str,
+    target: Any,
+    program: Program,
+    scenario: dict[str, Any],
+    seed: int = 0,
+    device: str = "auto",
+    contract: str | None = None,
+    cycles: int = 100,
+) -> int:
+    from verification.properties import PROPERTIES
+
+    kind = resolve_device(device)
+    loaded = load_target(target, contract)
+    with device_context(kind) as torch_device:
+        config = CheckConfig(loaded, kind, torch_device, 1, seed, cycles)
+        problem = PROPERTIES[prop].example(program, scenario, config)
+    if problem is None:
+        print(f"reproducer passed: property {prop} holds")
+        return 0
+    print(f"property {prop} violated: {problem}", file=sys.stderr)
+    return 1

@@ -1,0 +1,147 @@
+"""Property 5, stream order: eager steps are ordered with the graph segments around them.
+
+An implementation that runs eager steps on a stream the caller's stream never waits for, or
+drops a join, must fail every time, not once in a thousand runs. On the simulator every
+replay runs under its happens-before race detector, which names both unordered accesses. On
+a GPU a race amplifier makes the race decide the values: a ``torch.cuda._sleep`` is captured
+in front of each break (its input lands late) and the witness break sleeps between reading
+its input and writing its output (its output lands late), on large tensors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from verification.programs import Program
+from verification.properties.base import (
+    CheckConfig,
+    CheckResult,
+    PropertyFinding,
+    program_strategy,
+    search,
+    timed,
+)
+from verification.properties.runs import ProgramRun
+
+NAME = "stream-order"
+# About 10 ms on an H200: far longer than Python takes to issue the next kernel.
+SLEEP_CYCLES = 20_000_000
+WITNESS_ELEMENTS = 1 << 22
+REPLAYS = 3
+
+
+class RaceDetectorMissing(Exception):
+    """The simulator in use has no race detector, so the property cannot be judged on it."""
+
+
+@contextlib.contextmanager
+def race_detection(kind: str) -> Iterator[type[BaseException] | None]:
+    """On the simulator, detects races in the block and yields the error type it raises."""
+    if kind == "cuda":
+        yield None
+        return
+    import verification.sim as sim
+
+    detect = getattr(sim, "detect_races", None)
+    if detect is None:
+        raise RaceDetectorMissing("this simulator has no stream race detector")
+    with detect():
+        yield sim.StreamRaceError
+
+
+def _sleep(kind: str, cycles: int = SLEEP_CYCLES) -> None:
+    if kind == "cuda":
+        torch.cuda._sleep(cycles)
+
+
+def witness_problem(config: CheckConfig) -> str | None:
+    """A graph feeding a break feeding a graph, amplified so that any missing order shows."""
+    target, kind, device = config.target, config.kind, config.device
+    elements = WITNESS_ELEMENTS if kind == "cuda" else 256
+
+    @target.eager_break_during_capture
+    def late_writer(h: torch.Tensor, out: torch.Tensor) -> None:
+        fresh = h + 1  # reads the graph's output: stale unless ordered after it
+        _sleep(kind, 2 * SLEEP_CYCLES)
+        out.copy_(fresh)  # lands late: the next graph reads stale data unless joined
+
+    x = torch.zeros(elements, device=device)
+    out = torch.zeros(elements, device=device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        h = x * 2
+        late_writer(h, out)
+        capture = target.BreakableCUDAGraphCapture()
+        with capture:
+            _sleep(kind)
+            h = x * 2
+            late_writer(h, out)
+            y = out * 3
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    for replay, value in enumerate((1.0, -2.0, 3.0)[:REPLAYS]):
+        x.fill_(value)
+        capture.replay()
+        torch.cuda.synchronize()
+        if not torch.equal(y, torch.full_like(y, (2 * value + 1) * 3)):
+            return f"replay {replay} of a graph-break-graph chain read stale data: the eager step is not ordered with the graphs"
+    return None
+
+
+def _amplified_problem(program: Program, config: CheckConfig) -> str | None:
+    def hook(index: int, env: dict[int, torch.Tensor]) -> None:
+        if index < len(program.steps) and program.steps[index].brk:
+            _sleep(config.kind)
+
+    run = ProgramRun(program, config.target, config.kind, config.device, config.seed, hook=hook)
+    for replay in range(REPLAYS):
+        problem = run.replay_problem(config.seed + 1 + replay)
+        if problem is not None:
+            return f"replay {replay}: {problem}"
+    run.drop()
+    return None
+
+
+def _judged(config: CheckConfig, problem_of: Any, *args: Any) -> str | None:
+    """``problem_of(*args, config)`` under race detection; a detected race is the problem."""
+    with race_detection(config.kind) as race_error:
+        try:
+            return problem_of(*args, config)
+        except Exception as error:
+            if race_error is not None and isinstance(error, race_error):
+                return f"stream race: {error}"
+            raise
+
+
+def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's program (a reproducer calls this)."""
+    return _judged(config, witness_problem) or _judged(config, _amplified_problem, program)
+
+
+def check(config: CheckConfig) -> CheckResult:
+    def run() -> tuple[int, list[PropertyFinding]]:
+        try:
+            problem = _judged(config, witness_problem)
+        except RaceDetectorMissing as missing:
+            return 0, [PropertyFinding(NAME, "harness-error", str(missing))]
+        if problem is not None:
+            return 1, [PropertyFinding(NAME, "target-bug", f"witness: {problem}")]
+
+        def body(program: Program) -> PropertyFinding | None:
+            if not program.num_breaks:
+                return None
+            problem = _judged(config, _amplified_problem, program)
+            if problem is None:
+                return None
+            return PropertyFinding(NAME, "target-bug", problem, program, config.seed)
+
+        strategy = program_strategy(config).filter(lambda p: p.num_breaks > 0)
+        examples, found = search(config, strategy, body, max(1, config.examples // 2))
+        return examples + 1, [found] if found else []
+
+    return timed(NAME, run)

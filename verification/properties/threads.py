@@ -1,0 +1,297 @@
+"""Property 3, thread isolation: a capture belongs to the thread that opened it.
+
+While thread A captures a drawn program (paused before a drawn step), threads B..N ask for
+the current capture (must be none), call a decorated op on tensors they allocate on their
+own streams (it must run eagerly, at once) and are never recorded into A's capture; A's
+replay equals eager. N threads capturing drawn programs at once, each on its own stream, each
+replay correctly. Both run under every ``capture_error_mode`` the target accepts; in
+``global`` mode CUDA lets other threads' allocations invalidate A's capture (measured on the
+H200), so there A may fail, but only with a capture error that leaves nothing active.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from verification.programs import Program, default_ops
+from verification.properties.base import (
+    CheckConfig,
+    CheckResult,
+    PropertyFinding,
+    program_strategy,
+    search,
+    timed,
+)
+from verification.properties.runs import ProgramRun
+
+NAME = "threads"
+MODES = ("thread_local", "global", "relaxed")
+WAIT_S = 60.0
+
+
+class _NoGate:
+    def acquire(self) -> None:
+        pass
+
+    def release(self) -> None:
+        pass
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _gate(kind: str) -> Any:
+    """On the simulator threads take turns between rendezvous points: its allocator hands a
+    block out before a tensor holds it, so another thread's allocation can reclaim it (a
+    simulator race, not the target's). Captures still overlap; only execution is serial."""
+    return threading.Lock() if kind == "sim" else _NoGate()
+
+
+def modes_of(target: Any) -> tuple[str | None, ...]:
+    """The capture error modes to run: all when the target takes ``capture_error_mode``."""
+    try:
+        parameters = inspect.signature(target.BreakableCUDAGraphCapture).parameters
+    except (TypeError, ValueError):
+        return (None,)
+    return MODES if "capture_error_mode" in parameters else (None,)
+
+
+def _left_active(target: Any) -> str | None:
+    if target.BreakableCUDAGraphCapture.current() is not None:
+        return "a capture is still active in the capturing thread"
+    if torch.cuda.is_current_stream_capturing():
+        return "the capturing thread's stream is still capturing"
+    return None
+
+
+def _thread(fn: Callable[[], None], errors: list[Any], label: str) -> threading.Thread:
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as error:  # reported, never lost in the thread
+            errors.append((label, error))
+
+    return threading.Thread(target=run, name=label, daemon=True)
+
+
+def _bug(errors: list[Any], mode: str | None) -> str | None:
+    """The first thread error that is a bug: in ``global`` mode CUDA refuses other threads'
+    unsafe calls (allocations, syncs) with a capture error, which is not one."""
+    for label, error in errors:
+        if not (mode == "global" and "captur" in str(error).lower()):
+            return f"{label}: {error!r}"
+    return None
+
+
+def _capture_in_thread(
+    program: Program, config: CheckConfig, mode: str | None, hook: Any, box: dict[str, Any]
+) -> None:
+    kwargs = {} if mode is None else {"capture_error_mode": mode}
+    try:
+        box["run"] = ProgramRun(
+            program,
+            config.target,
+            config.kind,
+            config.device,
+            config.seed,
+            capture_kwargs=kwargs,
+            hook=hook,
+            reseed=False,
+        )
+    except Exception as error:
+        box["error"] = error
+    box["left"] = _left_active(config.target)
+
+
+def _accept_failure(mode: str | None, box: dict[str, Any]) -> str | None:
+    """Why a failed capture is a bug, or None when ``global`` mode explains it."""
+    error = box["error"]
+    if mode == "global" and "captur" in str(error).lower() and box["left"] is None:
+        return None
+    return f"the capture in thread A raised {error!r}"
+
+
+def _others_during_capture(
+    program: Program, at: int, others: int, mode: str | None, config: CheckConfig
+) -> str | None:
+    target, device = config.target, config.device
+    inside, done = threading.Event(), threading.Event()
+    calls = [0] * others
+    results: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * others
+    errors: list[Any] = []
+    gate = _gate(config.kind)
+
+    def pause(index: int, env: dict[int, torch.Tensor]) -> None:
+        if index == at:
+            inside.set()
+            done.wait(WAIT_S)
+
+    def other(k: int) -> None:
+        if not inside.wait(WAIT_S):
+            raise TimeoutError("thread A never reached its capture")
+        with gate:
+            _other_work(k)
+
+    def _other_work(k: int) -> None:
+        seen = target.BreakableCUDAGraphCapture.current()
+        if seen is not None:
+            raise AssertionError(f"current() in another thread returned {seen!r}")
+
+        @target.eager_break_during_capture
+        def work(x: torch.Tensor, out: torch.Tensor) -> None:
+            calls[k] += 1
+            out.copy_(x * 2 + 1)
+
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            x = torch.full((256,), float(k + 1), device=device)
+            out = torch.empty_like(x)
+            work(x, out)
+            if calls[k] != 1:
+                raise AssertionError("a decorated call in another thread did not run at once")
+        torch.cuda.current_stream().wait_stream(stream)
+        results[k] = (x, out)
+
+    box: dict[str, Any] = {}
+    threads = [_thread(lambda k=k: other(k), errors, f"thread {k + 1}") for k in range(others)]
+    for t in threads:
+        t.start()
+    capturer = _thread(lambda: _capture_in_thread(program, config, mode, pause, box), errors, "A")
+    capturer.start()
+    for t in threads:
+        t.join(WAIT_S)
+    done.set()
+    capturer.join(WAIT_S)
+    bug = _bug(errors, mode)
+    if bug is not None:
+        return bug
+    if "error" in box:
+        return _accept_failure(mode, box)
+    if box["left"] is not None:
+        return box["left"]
+    torch.cuda.synchronize()
+    for k, result in enumerate(results):
+        if result is None:
+            continue  # refused by global mode
+        x, out = result
+        if not torch.equal(out, x * 2 + 1):
+            return f"thread {k + 1}'s decorated op computed wrong values"
+    before = list(calls)
+    run: ProgramRun = box["run"]
+    for replay in range(2):
+        problem = run.replay_problem(config.seed + 1 + replay)
+        if problem is not None:
+            return f"thread A's replay {replay}: {problem}"
+    if calls != before:
+        return (
+            "thread A's replay ran another thread's decorated op: it was recorded into A's capture"
+        )
+    run.drop()
+    return None
+
+
+def _concurrent_captures(
+    programs: list[Program], at: int, mode: str | None, config: CheckConfig
+) -> str | None:
+    barrier = threading.Barrier(len(programs), timeout=WAIT_S)
+    errors: list[Any] = []
+    boxes: list[dict[str, Any]] = [{} for _ in programs]
+    gate = _gate(config.kind)
+
+    def meet(index: int, env: dict[int, torch.Tensor], last: int) -> None:
+        if index == min(at, last):
+            gate.release()
+            try:
+                barrier.wait()
+            finally:
+                gate.acquire()
+
+    def capture(k: int) -> None:
+        last = len(programs[k].steps)
+        try:
+            with gate:
+                _capture_in_thread(
+                    programs[k], config, mode, lambda i, env: meet(i, env, last), boxes[k]
+                )
+        finally:
+            barrier.abort()  # a thread that never reaches the barrier must not hang the others
+
+    threads = [
+        _thread(lambda k=k: capture(k), errors, f"capturer {k}") for k in range(len(programs))
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S)
+    for k, box in enumerate(boxes):
+        if "error" in box:
+            if isinstance(box["error"], threading.BrokenBarrierError):
+                continue  # another capture failed first; that one is judged
+            problem = _accept_failure(mode, box)
+            if problem is not None:
+                return f"capturer {k}: {problem}"
+        elif box.get("left") is not None:
+            return f"capturer {k}: {box['left']}"
+    bug = _bug(errors, mode)
+    if bug is not None:
+        return bug
+    torch.cuda.synchronize()
+    for k, box in enumerate(boxes):
+        if "run" not in box:
+            continue
+        for replay in range(2):
+            problem = box["run"].replay_problem(config.seed + 1 + replay)
+            if problem is not None:
+                return f"capturer {k} of {len(programs)} concurrent captures, replay {replay}: {problem}"
+        box["run"].drop()
+    return None
+
+
+def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's program (a reproducer calls this)."""
+    mode, at = scenario.get("mode"), scenario.get("at", 0)
+    return _others_during_capture(
+        program, at % (len(program.steps) + 1), 2, mode, config
+    ) or _concurrent_captures([program, program], at, mode, config)
+
+
+def check(config: CheckConfig) -> CheckResult:
+    # Seeding is process-wide and forbidden during another thread's capture: no RNG ops.
+    ops = [spec for spec in default_ops() if not spec.rng]
+    modes = modes_of(config.target)
+
+    def run() -> tuple[int, list[PropertyFinding]]:
+        def body(drawn: tuple[Program, list[Program], int, int, int]) -> PropertyFinding | None:
+            program, programs, at, others, mode_index = drawn
+            mode = modes[mode_index % len(modes)]
+            scenario: tuple[tuple[str, Any], ...] = (("mode", mode), ("at", at))
+            problem = _others_during_capture(
+                program, at % (len(program.steps) + 1), others, mode, config
+            )
+            if problem is None:
+                problem = _concurrent_captures(programs, at, mode, config)
+            if problem is None:
+                return None
+            message = f"capture_error_mode={mode}: {problem}"
+            return PropertyFinding(NAME, "target-bug", message, program, config.seed, scenario)
+
+        strategy = st.tuples(
+            program_strategy(config, ops=ops),
+            st.lists(program_strategy(config, ops=ops), min_size=2, max_size=3),
+            st.integers(0, 6),
+            st.integers(1, 3),
+            st.integers(0, len(modes) - 1),
+        )
+        examples, found = search(config, strategy, body, max(len(modes), config.examples // 3))
+        return examples, [found] if found else []
+
+    return timed(NAME, run)
