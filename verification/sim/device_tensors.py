@@ -26,6 +26,10 @@ HOST = torch.device("cpu")
 # touch metadata (alias, set_, view.dtype) work on a CUDA TensorImpl.
 _CPU_KERNELS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 _KDL_CUDA = 2
+# Looked up once: ``torch.ops.aten.x.y`` is four attribute lookups, and every device op's
+# result pays for these two.
+_ALIAS = torch.ops.aten.alias.default
+_SET = torch.ops.aten.set_.source_Storage_storage_offset
 
 
 class _DLDevice(ctypes.Structure):
@@ -85,19 +89,15 @@ def device_view(
     storage: torch.UntypedStorage, dtype: torch.dtype, size: Any, stride: Any, offset: int
 ) -> torch.Tensor:
     """A CUDA tensor viewing ``storage`` (a CUDA storage) with the given layout."""
-    t = torch.ops.aten.alias.default.redispatch(_CPU_KERNELS, _template(dtype))
-    return torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-        _CPU_KERNELS, t, storage, offset, list(size), list(stride)
-    )
+    t = _ALIAS.redispatch(_CPU_KERNELS, _template(dtype))
+    return _SET.redispatch(_CPU_KERNELS, t, storage, offset, list(size), list(stride))
 
 
 def set_layout(
     t: torch.Tensor, storage: torch.UntypedStorage, offset: int, size: Any, stride: Any
 ) -> None:
     """Points the device tensor ``t`` at ``storage`` with a new layout, in place."""
-    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
-        _CPU_KERNELS, t, storage, offset, list(size), list(stride)
-    )
+    _SET.redispatch(_CPU_KERNELS, t, storage, offset, list(size), list(stride))
 
 
 def host_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:

@@ -129,10 +129,18 @@ def _pop_thread_mode() -> None:
         _thread.mode = None
 
 
+def _warm_imports() -> None:
+    # torch wraps every dispatch-mode call in a dynamo guard that imports torch._dynamo
+    # (sympy, torch.distributed: seconds) on the first op; pay it here, at entry, so it
+    # never lands inside whatever the first op is timed or profiled with.
+    import torch._dynamo  # noqa: F401
+
+
 def _enter() -> None:
     global _depth
     with _lock:
         if _depth == 0:
+            _warm_imports()
             cuda_guard.install()
             state.session = Session()
             try:
