@@ -153,7 +153,11 @@ class BreakableCUDAGraphCapture:
             )
         eager = graphs_disabled(self.enabled)
         if not eager:
-            torch.cuda.synchronize()
+            # Only the caller's stream, not torch.cuda.synchronize(): a device-wide sync
+            # waits on every stream, so on the H200 it invalidates another thread's capture
+            # in progress even in thread_local mode, while a stream sync is legal there.
+            # The caller's stream is all the capture's side stream is ordered after.
+            torch.cuda.current_stream().synchronize()
             if self.gc_collect:
                 gc.collect()
             torch.cuda.empty_cache()

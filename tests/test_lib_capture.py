@@ -269,7 +269,7 @@ def test_bad_arguments_raise_clear_errors(bcg_device: str) -> None:
 def test_preparation_runs_once_per_capture_not_per_segment(
     bcg_device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    counts = {"synchronize": 0, "empty_cache": 0, "gc": 0}
+    counts = {"synchronize": 0, "stream_sync": 0, "empty_cache": 0, "gc": 0}
 
     def counting(name, original):
         def wrapper(*args, **kwargs):
@@ -281,17 +281,22 @@ def test_preparation_runs_once_per_capture_not_per_segment(
     monkeypatch.setattr(torch.cuda, "synchronize", counting("synchronize", torch.cuda.synchronize))
     monkeypatch.setattr(torch.cuda, "empty_cache", counting("empty_cache", torch.cuda.empty_cache))
     monkeypatch.setattr(gc, "collect", counting("gc", gc.collect))
+    stream_type = type(torch.cuda.current_stream())
+    monkeypatch.setattr(
+        stream_type, "synchronize", counting("stream_sync", stream_type.synchronize)
+    )
     x = torch.ones(4, device=bcg_device)
     capture = BreakableCUDAGraphCapture()
     with capture:
         for _ in range(3):
             x.add_(1)
             capture.add_eager(lambda: None)
-    assert counts == {"synchronize": 1, "empty_cache": 1, "gc": 0}
+    # A stream sync, never a device-wide one: that would break other threads' captures.
+    assert counts == {"synchronize": 0, "stream_sync": 1, "empty_cache": 1, "gc": 0}
     with BreakableCUDAGraphCapture(gc_collect=True) as second:
         x.add_(1)
         second.add_eager(lambda: None)
-    assert counts == {"synchronize": 2, "empty_cache": 2, "gc": 1}
+    assert counts == {"synchronize": 0, "stream_sync": 2, "empty_cache": 2, "gc": 1}
 
 
 def test_public_api_is_exported(bcg_device: str) -> None:

@@ -70,7 +70,9 @@ class _Capture:
 
     def _open_segment(self) -> None:
         graph = torch.cuda.CUDAGraph()
-        graph.capture_begin(pool=self.pool)
+        # thread_local, as vLLM captures since vllm#46253: in global mode another
+        # thread's sync or allocation (NCCL's proxy threads) invalidates the capture.
+        graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
         self._graph = graph
 
     def _close_segment(self) -> None:

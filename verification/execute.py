@@ -103,7 +103,10 @@ def seed_rng(seed: int, device: str) -> None:
     # Not torch.manual_seed: it also seeds every lazily-initialised backend (xpu, mps), and
     # each of those records a stack trace per call, a third of a simulated example's time.
     torch.default_generator.manual_seed(seed)
-    if device == "cuda":
+    # The simulator keeps a device generator apart from the host's, as CUDA does (its
+    # patched torch.cuda.manual_seed seeds it): seeding only the host one there lets eager
+    # and replay draw different numbers.
+    if device in ("cuda", "sim"):
         torch.cuda.manual_seed(seed)
 
 
