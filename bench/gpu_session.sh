@@ -21,6 +21,11 @@ step() {  # step NAME TIMEOUT CMD...: runs CMD, logs to $out/NAME.log, records r
   local rc=$?
   local ms=$((($(date +%s%N) - t0) / 1000000))
   printf '%s rc=%s seconds=%d.%03d cmd=%s\n' "$name" "$rc" $((ms / 1000)) $((ms % 1000)) "$*" | tee -a "$out/steps.txt"
+  save  # after every step, so a call cut short by the tool's limit still returns what ran
+}
+save() {
+  tar czf "$final/logs.tgz" -C "$out" . 2>/dev/null
+  cp "$out/steps.txt" "$out/versions.txt" "$final/" 2>/dev/null
 }
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -35,19 +40,19 @@ planted() {
   mkdir -p /tmp/planted
   printf 'from tests.planted_property_targets import build\nglobals().update({k: v for k, v in vars(build(%s)).items() if k != "__name__"})\n' "'$1'" >"/tmp/planted/planted_$1.py"
 }
-for phase in ${GPU_PHASES:-suite2 suite1 certify}; do
+for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
   case $phase in
-    suite2) step matrix_2gpu_nauto 300 env OUT="$out" bash bench/gpu_pytest_matrix.sh nauto ;;
-    suite1) step matrix_1gpu_nauto 300 env OUT="$out" CUDA_VISIBLE_DEVICES=0 bash bench/gpu_pytest_matrix.sh nauto ;;
+    suite2) step matrix_2gpu_nauto 270 env OUT="$out" bash bench/gpu_pytest_matrix.sh nauto ;;
+    suite1) step matrix_1gpu_nauto 200 env OUT="$out" CUDA_VISIBLE_DEVICES=0 bash bench/gpu_pytest_matrix.sh nauto ;;
     n2) step matrix_2gpu_n2 300 env OUT="$out" bash bench/gpu_pytest_matrix.sh n2 ;;
     n0) step matrix_2gpu_n0 150 env OUT="$out" bash bench/gpu_pytest_matrix.sh n0 ;;
+    certify_library) step certify_library 150 python3 -m verification certify --device cuda --out "$out/certify-library" ;;
     certify)
-      step certify_library 150 python3 -m verification certify --device cuda --out "$out/certify-library"
-      step certify_vllm_minimal 150 python3 -m verification certify --target tests.vllm_minimal --device cuda --examples 2000 --max-ops 16 --no-sensitivity --out "$out/certify-vllm-minimal"
-      step certify_peer 120 python3 -m verification certify --target verification.targets.breakable_cuda_graphs --device cuda --profile quick --no-sensitivity --out "$out/certify-peer" ;;
+      step certify_vllm_minimal 140 python3 -m verification certify --target tests.vllm_minimal --device cuda --examples 2000 --max-ops 16 --no-sensitivity --out "$out/certify-vllm-minimal"
+      step certify_peer 90 python3 -m verification certify --target verification.targets.breakable_cuda_graphs --device cuda --profile quick --no-sensitivity --out "$out/certify-peer" ;;
     fuzzop)
-      step fuzzop_varlen 120 python3 -m verification fuzz-op examples.varlen_attention:SPEC --device cuda --examples 1000 --seed 1 --report "$out/fo-varlen"
-      step fuzzop_masked 120 python3 -m verification fuzz-op examples.masked_compaction:SPEC --device cuda --examples 1000 --seed 1 --report "$out/fo-masked" ;;
+      step fuzzop_varlen 100 python3 -m verification fuzz-op examples.varlen_attention:SPEC --device cuda --examples 1000 --seed 1 --report "$out/fo-varlen"
+      step fuzzop_masked 100 python3 -m verification fuzz-op examples.masked_compaction:SPEC --device cuda --examples 1000 --seed 1 --report "$out/fo-masked" ;;
     stream)
       planted unordered_side_stream
       for i in 1 2 3; do
@@ -61,10 +66,9 @@ for phase in ${GPU_PHASES:-suite2 suite1 certify}; do
       rm -rf /tmp/mutant && cp -r . /tmp/mutant && sed -i 's/untyped_storage().nbytes() > 0/untyped_storage().nbytes() > 1/' /tmp/mutant/breakable_cudagraph/arguments.py
       step mutant_arguments70 60 bash -c "cd /tmp/mutant && PYTHONPATH=/tmp/mutant python3 -m pytest -q -p no:cacheprovider --bcg-device=cuda tests/test_lib_gaps.py -k one_byte" ;;
     bench)
-      step bench 200 python3 -m bench --device cuda --out "$out/bench"
+      step bench 150 python3 -m bench --device cuda --out "$out/bench"
       step replay_probe 60 python3 -m bench.replay_probe ;;
   esac
 done
 tail -n 3 "$out"/*.log
-tar czf "$final/logs.tgz" -C "$out" .
-cp "$out/steps.txt" "$out/versions.txt" "$final/"
+save
