@@ -728,6 +728,9 @@ def test_out_tensor_is_resized_at_capture_within_its_memory(bcg_device):
     assert torch.equal(out, torch.full((3, 5), 2.0, device=bcg_device))
 
 
+# Simulator only: on the H200 (2026-11-30, torch 2.11) this capture also left an illegal memory
+# access behind, a sticky error that failed every later CUDA call of the xdist worker.
+@pytest.mark.sim
 def test_growing_an_out_tensor_during_capture_fails_capture_end(bcg_device):
     x = torch.ones(3, 5, device=bcg_device)
     out = torch.empty(0, device=bcg_device)
