@@ -82,3 +82,17 @@ def test_check_usage_errors_exit_2_with_one_error_line(args):
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+
+
+def test_a_property_process_that_dies_is_a_target_bug_that_fails_the_certificate(monkeypatch):
+    import subprocess as subprocess_module
+
+    from verification import check_command
+    from verification.finding_kinds import fails_certificate
+
+    # The H200 certify of the PyPI peer once ended in KeyError: the crash kind was unregistered.
+    died = subprocess_module.CompletedProcess([], -9)
+    monkeypatch.setattr(check_command.subprocess, "run", lambda *a, **k: died)
+    result = check_command.run_isolated("faults", ["check", "faults", "--device", "cuda"])
+    (finding,) = result.findings
+    assert "SIGKILL" in finding.message and fails_certificate(finding.kind)

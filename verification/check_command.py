@@ -21,6 +21,7 @@ from typing import Any
 
 from verification.contracts import CONTRACTS
 from verification.devices import DEVICE_CHOICES, UsageError, device_context, resolve_device
+from verification.finding_kinds import TARGET_BUG
 from verification.properties import PROPERTIES
 from verification.properties.base import CheckConfig, CheckResult, PropertyFinding
 from verification.properties.reproduce import render, write
@@ -119,7 +120,8 @@ def _signal_name(status: int) -> str:
 
 
 def run_isolated(name: str, argv: Sequence[str]) -> CheckResult:
-    """Runs one property in a child; a child killed by a signal is a ``crash`` finding."""
+    """Runs one property in a child; a child killed by a signal (or gone without a result) is a
+    target-bug finding whose message says how the process ended."""
     with tempfile.TemporaryDirectory() as scratch:
         result_file = Path(scratch) / "result.json"
         child = [*argv, "--no-isolate", "--result-file", str(result_file)]
@@ -133,7 +135,7 @@ def run_isolated(name: str, argv: Sequence[str]) -> CheckResult:
         else f"exited {status} with no result"
     )
     return CheckResult(
-        name, 0, 0.0, [PropertyFinding(name, "crash", f"the check's process {what}")]
+        name, 0, 0.0, [PropertyFinding(name, TARGET_BUG, f"crash: the check's process {what}")]
     )
 
 
