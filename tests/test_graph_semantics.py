@@ -473,6 +473,9 @@ def test_freed_input_reused_by_new_tensor_is_read_by_replay(bcg_device):
         assert torch.equal(y, torch.full_like(y, 70.0)), "replay read the new tensor"
 
 
+# Simulator only: on the H200 (2026-11-30) the replay after empty_cache() read unmapped memory,
+# an illegal access that failed every later CUDA call of the xdist worker.
+@pytest.mark.sim
 def test_freed_input_reads_poison_on_the_simulator(bcg_device, bcg_kind):
     x = torch.full((1000,), 2.0, device=bcg_device)
     g, y = _capture(lambda t: t * 10, x)
