@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from verification.cli_support import writable_dir
 from verification.contracts import CONTRACTS
-from verification.devices import DEVICE_CHOICES, UsageError, device_context, resolve_device
+from verification.devices import DEVICE_CHOICES, device_context, resolve_device
 from verification.finding_kinds import TARGET_BUG
 from verification.properties import PROPERTIES
 from verification.properties.base import CheckConfig, CheckResult, PropertyFinding
@@ -142,13 +143,7 @@ def run_isolated(name: str, argv: Sequence[str]) -> CheckResult:
 def main(args: argparse.Namespace, argv: Sequence[str]) -> int:
     kind = resolve_device(args.device)
     target = load_target(args.target, args.contract)
-    if args.report is not None:
-        try:
-            args.report.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise UsageError(
-                f"--report {args.report}: cannot create directory ({error.strerror})"
-            ) from None
+    writable_dir(args.report, "--report")
     isolate = args.isolate if args.isolate is not None else kind == "cuda"
     if isolate:
         results = [run_isolated(name, argv) for name in names(args.property)]

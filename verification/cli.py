@@ -18,6 +18,7 @@ from typing import NoReturn
 from verification import certify as certify_
 from verification import check_command, fuzz_op, sensitivity
 from verification.checks import CertifyRun
+from verification.cli_support import print_findings, writable_dir
 from verification.contracts import CONTRACTS, get_contract
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
 from verification.fuzz import CampaignConfig, CampaignResult, run_campaign, run_isolated
@@ -114,27 +115,8 @@ def _config(args: argparse.Namespace, report_dir: Path | None) -> CampaignConfig
 
 
 def _print_result(result: CampaignResult) -> None:
-    for finding, text in zip(result.findings, result.reproducers):
-        print(f"FINDING {finding.summary()}")
-        print("---- reproducer ----")
-        print(text)
-        print("--------------------")
-    for path in result.reproducer_paths:
-        print(f"reproducer written to {path}")
+    print_findings(result)
     print(result.summary_line())
-
-
-def _writable_dir(path: Path | None, option: str) -> None:
-    """Creates ``path`` now, so a bad directory fails before the campaign, not after it."""
-    if path is None:
-        return
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write-probe"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise UsageError(f"{option} {path}: cannot write there ({error.strerror})") from None
 
 
 def _fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -142,7 +124,7 @@ def _fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.contract is not None:
         get_contract(args.contract)
     load_target(args.target, args.contract)
-    _writable_dir(args.report, "--report")
+    writable_dir(args.report, "--report")
     config = _config(args, args.report)
     isolate = args.isolate if args.isolate is not None else kind == "cuda"
     if isolate:
@@ -165,7 +147,7 @@ def _certify(args: argparse.Namespace) -> int:
             setattr(args, name, getattr(profile, name))
     target = load_target(args.target, args.contract)
     ops = certify_.load_ops(args.ops)
-    _writable_dir(args.out, "--out")
+    writable_dir(args.out, "--out")
     config = _config(args, args.out / "reproducers")
     config.ops = ops
     with progress_bar() as (start_check, advance):
@@ -201,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "fuzz":
             return _fuzz(args, argv)
         if args.command == "mutate":
-            _writable_dir(args.report, "--report")
+            writable_dir(args.report, "--report")
             return mutate_command.run(args, argv)
 
         if args.command == "fuzz-op":

@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from verification.cli_support import print_findings, writable_dir
 from verification.contracts import get_contract
 from verification.devices import UsageError, device_context, resolve_device
-from verification.fuzz import CampaignConfig, CampaignResult, run_campaign, run_isolated
+from verification.fuzz import CampaignConfig, run_campaign, run_isolated
 from verification.opcontract import Violation, diagnose
 from verification.opprograms import (
     POSITIONS,
@@ -174,35 +175,19 @@ def contract_violations(
         }
 
 
-def _print_campaign(result: CampaignResult) -> None:
-    for finding, text in zip(result.findings, result.reproducers):
-        print(f"FINDING {finding.summary()}")
-        print("---- reproducer ----")
-        print(text)
-        print("--------------------")
-    for path in result.reproducer_paths:
-        print(f"reproducer written to {path}")
-
-
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     kind = resolve_device(args.device)
     if args.contract is not None:
         get_contract(args.contract)
     target = load_target(args.target, args.contract)
     users = load_user_ops(args.specs)
-    if args.report is not None:
-        try:
-            args.report.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise UsageError(
-                f"--report {args.report}: cannot create directory ({error.strerror})"
-            ) from None
+    writable_dir(args.report, "--report")
     config, coverage = campaign_config(args, users, target, kind)
     isolate = args.isolate if args.isolate is not None else kind == "cuda"
     if isolate:
         status, crashed = run_isolated(list(argv), config)
         if crashed is not None:
-            _print_campaign(crashed)
+            print_findings(crashed)
         return status
     violations = contract_violations(users, target, kind, args.contract_examples, args.seed)
     for ref, found in violations.items():
@@ -210,7 +195,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         for violation in found:
             print(f"  CONTRACT {violation.line()}")
     result = run_campaign(config)
-    _print_campaign(result)
+    print_findings(result)
     for line in coverage.lines():
         print(line)
     broken = sum(len(v) for v in violations.values())
