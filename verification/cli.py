@@ -18,10 +18,10 @@ from typing import NoReturn
 from verification import certify as certify_
 from verification import check_command, fuzz_op, sensitivity
 from verification.checks import CertifyRun
-from verification.cli_support import print_findings, writable_dir
+from verification.cli_support import campaign_config, print_findings, writable_dir
 from verification.contracts import CONTRACTS, get_contract
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
-from verification.fuzz import CampaignConfig, CampaignResult, run_campaign, run_isolated
+from verification.fuzz import CampaignResult, run_campaign, run_isolated
 from verification.mutation import command as mutate_command
 from verification.mutation.check import mutation_check
 from verification.progress import progress_bar
@@ -94,24 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     certify.add_argument("--mutants", type=_count(1), help="add the harness's mutation score")
     mutate_command.add_parser(commands, _count)
-
     check_command.add_parser(commands, _count)
     return parser
-
-
-def _config(args: argparse.Namespace, report_dir: Path | None) -> CampaignConfig:
-    return CampaignConfig(
-        target=args.target,
-        device=args.device,
-        examples=args.examples,
-        seed=args.seed,
-        max_ops=args.max_ops,
-        max_breaks=args.max_breaks,
-        replays=args.replays,
-        report_dir=report_dir,
-        program_file=getattr(args, "program_file", None),
-        contract=args.contract,
-    )
 
 
 def _print_result(result: CampaignResult) -> None:
@@ -125,7 +109,7 @@ def _fuzz(args: argparse.Namespace, argv: Sequence[str]) -> int:
         get_contract(args.contract)
     load_target(args.target, args.contract)
     writable_dir(args.report, "--report")
-    config = _config(args, args.report)
+    config = campaign_config(args, args.report)
     isolate = args.isolate if args.isolate is not None else kind == "cuda"
     if isolate:
         status, crashed = run_isolated(list(argv), config)
@@ -148,7 +132,7 @@ def _certify(args: argparse.Namespace) -> int:
     target = load_target(args.target, args.contract)
     ops = certify_.load_ops(args.ops)
     writable_dir(args.out, "--out")
-    config = _config(args, args.out / "reproducers")
+    config = campaign_config(args, args.out / "reproducers")
     config.ops = ops
     with progress_bar() as (start_check, advance):
         run = CertifyRun(config, target, kind, ops, advance, op_specs=tuple(args.ops))

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from verification.cli_support import campaign_config as shared_campaign_config
 from verification.cli_support import print_findings, writable_dir
 from verification.contracts import get_contract
 from verification.devices import UsageError, device_context, resolve_device
@@ -123,17 +125,8 @@ def campaign_config(
     args: argparse.Namespace, users: Sequence[UserOp], target: Target, kind: str
 ) -> tuple[CampaignConfig, Coverage]:
     coverage = Coverage(users)
-    config = CampaignConfig(
-        target=args.target,
-        device=args.device,
-        examples=args.examples,
-        seed=args.seed,
-        max_ops=args.max_ops,
-        max_breaks=args.max_breaks,
-        replays=args.replays,
-        report_dir=args.report,
-        program_file=args.program_file,
-        contract=args.contract,
+    config = dataclasses.replace(
+        shared_campaign_config(args, args.report),
         ops=op_catalog(users),
         strategy=op_programs(
             users,
