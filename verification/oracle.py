@@ -173,19 +173,19 @@ def check_program(
 ) -> Finding | None:
     """Captures ``program`` with ``target`` and checks ``replays`` replays against eager;
     a finding's kind says whether the target or an op in the program broke the contract."""
-    finding = _check(program, target, device, seed, replays, ops)
-    return None if finding is None else _blame(finding, target, op_table(ops))
+    table = op_table(ops)
+    finding = _check(program, target, device, seed, replays, table)
+    return None if finding is None else _blame(finding, target, table)
 
 
 def _check(
     program: Program,
     target: Target,
     device: str,
-    seed: int = 0,
-    replays: int = 3,
-    ops: Sequence[OpSpec] | None = None,
+    seed: int,
+    replays: int,
+    table: dict[str, OpSpec],
 ) -> Finding | None:
-    table = op_table(ops)
     kind = "cuda" if device.startswith("cuda") else "sim"
     tol = program_tolerance(program, table)
     break_steps = [i for i, s in enumerate(program.steps) if s.brk]
