@@ -54,6 +54,15 @@ _REPLAY_REFUSALS = {
 }
 
 
+# Measured on the H200 with torch 2.11 (bench/probes/pool_recovery.py): nothing reachable
+# from Python ends the allocation routing a failed capture_end leaves on its pool.
+_POOL_LEFT_RECORDING = (
+    "CUDA invalidated this capture, and torch then keeps its memory pool {pool} recording: "
+    "every later capture into that pool fails with 'beginAllocateToPool: already recording "
+    "to mempool_id'. Capture again into a new pool."
+)
+
+
 def _callable_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
@@ -317,8 +326,9 @@ class BreakableCUDAGraphCapture:
             return
         try:
             recorded = end_graph(graph)
-        except BaseException:
+        except BaseException as exc:
             self._empty_graphs.append(graph)  # released with the rest on abort
+            _note(exc, _POOL_LEFT_RECORDING.format(pool=self.pool))
             raise
         if recorded:
             self._segments.append(GraphSegment(graph))
@@ -362,6 +372,8 @@ class BreakableCUDAGraphCapture:
                     step()
                 except Exception as secondary:
                     _note(exc, f"while aborting the capture, {what} also failed: {secondary!r}")
+                    for note in getattr(secondary, "__notes__", ()):
+                        _note(exc, note)
         finally:
             self._empty_graphs.clear()
             self._segments.clear()

@@ -51,7 +51,9 @@ def unjoined_side_stream(x: torch.Tensor, out: torch.Tensor) -> None:
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        out.copy_(x * 2)
+        # Into `out` directly: a temporary on a fresh stream would be a new cudaMalloc on the
+        # GPU every call, a second broken contract part; this op breaks only the join.
+        torch.mul(x, 2, out=out)
     # missing: torch.cuda.current_stream().wait_stream(side)
 
 
@@ -59,7 +61,7 @@ def joined_side_stream(x: torch.Tensor, out: torch.Tensor) -> None:
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        out.copy_(x * 2)
+        torch.mul(x, 2, out=out)
     done = torch.cuda.Event()
     done.record(side)
     done.wait(torch.cuda.current_stream())  # joined through an event: correct

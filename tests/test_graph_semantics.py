@@ -989,3 +989,46 @@ def test_shared_pool_reuses_a_freed_block_for_a_smaller_allocation(bcg_device):
     torch.cuda.synchronize()
     assert torch.equal(out, torch.full_like(out, 2.0))
     assert total.item() == 2048.0
+
+
+def test_a_pool_whose_capture_was_invalidated_refuses_every_later_capture(bcg_device):
+    # Measured on the H200 (torch 2.11, bench/probes/pool_recovery.py): capture_end raises
+    # before it ends the pool's allocation routing, and nothing from Python ends it, not
+    # even torch._C._cuda_endAllocateToPool. A new pool works.
+    x = torch.ones(8, device=bcg_device)
+    pool = torch.cuda.graph_pool_handle()
+    anchor, _ = _capture(lambda: x * 3, pool=pool)  # another live graph shares the pool
+    s = _side_stream()
+    failed = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        failed.capture_begin(pool=pool)
+        with pytest.raises(RuntimeError, match=NOT_PERMITTED):
+            torch.cuda.synchronize()
+        with pytest.raises(RuntimeError, match=PREVIOUS_ERROR):
+            failed.capture_end()
+    torch.cuda.current_stream().wait_stream(s)
+    with pytest.raises(RuntimeError, match="already recording to mempool_id"):
+        _capture(lambda: x + 1, pool=pool)
+    g, z = _capture(lambda: x + 1, pool=torch.cuda.graph_pool_handle())
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(z, torch.full_like(x, 2))
+    anchor.reset()
+
+
+def test_a_shared_pool_can_be_captured_into_only_while_one_of_its_graphs_lives(bcg_device):
+    # torch shares a pool id only with live graphs: once the last one is reset the id is at
+    # use count 0 and a new capture into it fails an internal assert (H200, torch 2.11).
+    x = torch.ones(8, device=bcg_device)
+    pool = torch.cuda.graph_pool_handle()
+    first, _ = _capture(lambda: x * 2, pool=pool)
+    second, out = _capture(lambda: x + 5, pool=pool)  # shares while `first` lives
+    first.reset()
+    third, _ = _capture(lambda: x * 4, pool=pool)  # `second` still holds the pool
+    second.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, torch.full_like(x, 6))
+    second.reset()
+    third.reset()
+    with pytest.raises(RuntimeError, match="use_count > 0"):
+        _capture(lambda: x - 1, pool=pool)

@@ -195,6 +195,30 @@ def test_item_during_capture_raises_and_aborts_cleanly(bcg_device: str) -> None:
     _assert_clean_after_abort(failed, caller, bcg_device)
 
 
+def test_an_invalidated_capture_says_its_pool_is_lost_and_a_new_pool_works(bcg_device: str) -> None:
+    # torch cannot capture into a pool again once CUDA invalidated a capture into it
+    # (tests/test_graph_semantics.py); the exception says so and names the way out.
+    x = torch.ones(4, device=bcg_device)
+    failed = BreakableCUDAGraphCapture()
+    with pytest.raises(RuntimeError) as raised, failed:
+        x * 2
+        torch.cuda.synchronize()
+    notes = getattr(raised.value, "__notes__", [])
+    assert any("already recording to mempool_id" in note and "new pool" in note for note in notes)
+    with pytest.raises(RuntimeError, match="already recording"):
+        with BreakableCUDAGraphCapture(pool=failed.pool):
+            pass
+    assert not BreakableCUDAGraphCapture.is_active()
+    again = BreakableCUDAGraphCapture()
+    with again:
+        y = x + 1
+        again.add_eager(lambda: None)
+        z = y * 3
+    x.fill_(4.0)
+    again.replay()
+    assert torch.equal(z, torch.full_like(z, 15.0))
+
+
 def test_swallowed_eager_step_exception_fails_the_capture(bcg_device: str) -> None:
     x = torch.ones(4, device=bcg_device)
 

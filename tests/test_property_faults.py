@@ -13,3 +13,17 @@ def test_library_recovers_from_injected_faults(bcg_kind, tmp_path):
 
 def test_state_left_active_after_an_exception_is_found(bcg_kind, tmp_path):
     assert failing(check("faults", "state_left_active", bcg_kind, tmp_path))
+
+
+def test_a_pool_lost_to_an_illegal_call_is_a_torch_limit_not_a_target_bug(bcg_kind, bcg_device):
+    # torch refuses every capture into a pool after CUDA invalidated one into it
+    # (tests/test_graph_semantics.py); the checker says so once and recovers in a new pool.
+    from verification.properties.base import CheckConfig
+    from verification.properties.faults import _fault_problem
+    from verification.properties.pool import WITNESS
+    from verification.targets import load_target
+
+    config = CheckConfig(load_target(), bcg_kind, bcg_device, examples=1)
+    limits: set[str] = set()
+    assert _fault_problem(WITNESS, "illegal-call", 0, "synchronize", config, limits) is None
+    assert len(limits) == 1 and "already recording to mempool_id" in limits.pop()

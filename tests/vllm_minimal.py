@@ -52,8 +52,8 @@ class _Capture:
     def __enter__(self) -> _Capture:
         if _Capture.current() is not None:
             raise RuntimeError("a breakable capture is already open in this thread")
+        self._open_segment()  # first: a capture_begin that raises leaves nothing active
         _active.capture = self
-        self._open_segment()
         return self
 
     def __exit__(

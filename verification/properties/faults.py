@@ -6,6 +6,12 @@ capture-illegal call (a device sync, ``.item()``) in the captured region. Each t
 exception must propagate, no stream may be left capturing, no capture active, and the next
 capture into the same pool and its replays, and the next replay of a capture that failed
 mid-replay, must equal eager.
+
+The pool is shared with a live graph throughout, as a serving engine's pool is: torch lets a
+capture into a pool id only while one of its graphs lives. After a capture-illegal call, torch
+itself (2.11, measured on the H200) refuses every later capture into the pool ("already
+recording to mempool_id"), whatever the target does; that is reported once as a
+``torch-limit`` finding, which never fails a target, and the next capture goes to a new pool.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.finding_kinds import register_finding_kind
 from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
@@ -30,6 +37,13 @@ from verification.properties.base import (
 from verification.properties.runs import ProgramRun
 
 NAME = "faults"
+TORCH_LIMIT = register_finding_kind(
+    "torch-limit",
+    False,
+    "a limitation of torch or CUDA that no target can work around, shown by the checker; "
+    "never a target bug",
+).name
+POOL_LEFT_RECORDING = "already recording to mempool_id"
 POINTS = ("captured-region", "eager-at-capture", "eager-at-replay", "capture-end", "illegal-call")
 ILLEGAL_CALLS: dict[str, Callable[[dict[int, torch.Tensor]], Any]] = {
     "synchronize": lambda env: torch.cuda.synchronize(),
@@ -108,12 +122,46 @@ def _left_active(target: Any) -> str | None:
     return None
 
 
+def _anchor(pool: Any, device: str) -> torch.cuda.CUDAGraph:
+    """A live graph in ``pool``, so the pool id stays shareable whatever the target frees."""
+    x = torch.zeros(1, device=device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        graph.capture_begin(pool=pool)
+        x.add_(1)
+        graph.capture_end()
+    torch.cuda.current_stream().wait_stream(side)
+    return graph
+
+
 def _fault_problem(
-    program: Program, point: str, nth: int, illegal: str, config: CheckConfig
+    program: Program,
+    point: str,
+    nth: int,
+    illegal: str,
+    config: CheckConfig,
+    limits: set[str] | None = None,
+) -> str | None:
+    anchor = _anchor(pool := torch.cuda.graph_pool_handle(), config.device)
+    try:
+        return _faulted_then_recovered(program, point, nth, illegal, config, pool, limits)
+    finally:
+        anchor.reset()
+
+
+def _faulted_then_recovered(
+    program: Program,
+    point: str,
+    nth: int,
+    illegal: str,
+    config: CheckConfig,
+    pool: Any,
+    limits: set[str] | None,
 ) -> str | None:
     target = config.target
     injector = Injector(point, nth % 4, illegal)
-    pool = torch.cuda.graph_pool_handle()
     where = f"a fault at {point} #{injector.nth}" + (
         f" ({illegal})" if point == "illegal-call" else ""
     )
@@ -157,7 +205,30 @@ def _fault_problem(
     try:
         again = ProgramRun(program, target, config.kind, config.device, config.seed, pool=pool)
     except Exception as error:
-        return f"the next capture into the same pool after {where} raised {error!r}"
+        if point != "illegal-call" or POOL_LEFT_RECORDING not in str(error):
+            return f"the next capture into the same pool after {where} raised {error!r}"
+        if limits is not None:
+            who = (
+                "the simulator, as torch 2.11 on the H200,"
+                if config.kind == "sim"
+                else f"torch {torch.__version__}"
+            )
+            limits.add(
+                f"after a capture-illegal call, {who} refuses every later capture into the "
+                f"same pool ({POOL_LEFT_RECORDING!r}), whatever the target does; the next "
+                "capture went to a new pool"
+            )
+        try:
+            again = ProgramRun(
+                program,
+                target,
+                config.kind,
+                config.device,
+                config.seed,
+                pool=torch.cuda.graph_pool_handle(),
+            )
+        except Exception as error:
+            return f"the next capture, into a new pool, after {where} raised {error!r}"
     for replay in range(2):
         problem = again.replay_problem(config.seed + 3 + replay)
         if problem is not None:
@@ -179,9 +250,11 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[PropertyFinding]]:
+        limits: set[str] = set()
+
         def body(drawn: tuple[Program, str, int, str]) -> PropertyFinding | None:
             program, point, nth, illegal = drawn
-            problem = _fault_problem(program, point, nth, illegal, config)
+            problem = _fault_problem(program, point, nth, illegal, config, limits)
             if problem is None:
                 return None
             scenario = (("point", point), ("nth", nth % 4), ("illegal", illegal))
@@ -194,6 +267,7 @@ def check(config: CheckConfig) -> CheckResult:
             st.sampled_from(tuple(ILLEGAL_CALLS)),
         )
         examples, found = search(config, strategy, body)
-        return examples, [found] if found else []
+        notes = [PropertyFinding(NAME, TORCH_LIMIT, limit) for limit in sorted(limits)]
+        return examples, ([found] if found else []) + notes
 
     return timed(NAME, run)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import inspect
 from typing import Any
 
 import torch
@@ -195,13 +196,17 @@ def out_of_order_demonstration(config: CheckConfig) -> PropertyFinding:
     pool = torch.cuda.graph_pool_handle()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+    # The caching allocator hands a freed block only to allocations on its own stream, so
+    # both captures must run on one stream; targets that take a `stream` are given it.
+    accepts_stream = "stream" in inspect.signature(target.BreakableCUDAGraphCapture).parameters
+    on_side = {"stream": side} if accepts_stream else {}
     with torch.cuda.stream(side):
-        first = target.BreakableCUDAGraphCapture(pool=pool)
+        first = target.BreakableCUDAGraphCapture(pool=pool, **on_side)
         with first:
             temporary = x * 2  # 512 bytes, freed at the end of the capture
             out1 = temporary + 1
             del temporary
-        second = target.BreakableCUDAGraphCapture(pool=pool)
+        second = target.BreakableCUDAGraphCapture(pool=pool, **on_side)
         with second:
             out2 = x + 3  # may take the first capture's freed temporary
     torch.cuda.current_stream().wait_stream(side)

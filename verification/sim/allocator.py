@@ -77,6 +77,14 @@ class Pool:
         self.free: list[Block] = []
         # Graphs (and the capture in progress) that may replay into this pool's memory.
         self.graph_refs = 0
+        # torch's capture_end raises before it ends the pool's allocation routing when CUDA
+        # invalidated the capture; on torch 2.11 nothing reachable from Python ends it (the
+        # host allocator's routing stays even after _cuda_endAllocateToPool), so every later
+        # capture into the pool fails (bench/probes/pool_recovery.py on the H200).
+        self.still_recording = False
+        # Once the last graph using a shared pool is released, torch keeps the id's
+        # bookkeeping at use count 0 and a later capture into it fails an internal assert.
+        self.released = False
 
     def blocks(self) -> list[Block]:
         return self.live + self.free

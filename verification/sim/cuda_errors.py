@@ -21,6 +21,11 @@ REPLAY_WITHOUT_CAPTURE = "Called CUDAGraph::replay without a preceding successfu
 ISOLATION = "CUDA error: dependency created on uncaptured work in another stream"
 MERGE = "CUDA error: operation would result in a merge of separate capture sequences"
 REPLAY_IN_CAPTURE = "Cannot prepare for replay during capturing stage."
+POOL_STILL_RECORDING = "beginAllocateToPool: already recording to mempool_id"
+POOL_RELEASED = (
+    'it->second->use_count > 0 INTERNAL ASSERT FAILED at "/pytorch/c10/cuda/'
+    'CUDACachingAllocator.cpp":2799, please report a bug to PyTorch. '
+)
 POOL_WITHOUT_CAPTURE = "Called CUDAGraph::pool without a preceding successful capture."
 SEED_IN_CAPTURE = (
     "CUDAGeneratorImpl::set_current_seed can be called during stream capture only if new "

@@ -40,7 +40,12 @@ class CUDAGraph:
         if stream.capture is not None:
             raise RuntimeError(cuda_errors.NOT_PERMITTED)
         with session.lock:
-            self._pool = session.allocator.capture_pool(pool)
+            capture_pool = session.allocator.capture_pool(pool)
+            if capture_pool.still_recording:
+                raise RuntimeError(cuda_errors.POOL_STILL_RECORDING)
+            if capture_pool.released:
+                raise RuntimeError(cuda_errors.POOL_RELEASED)
+            self._pool = capture_pool
             self._pool.graph_refs += 1
             self._capture = Capture(stream, self._pool, capture_error_mode)
             session.captures.add(self._capture)
@@ -58,6 +63,7 @@ class CUDAGraph:
             session.captures.discard(capture)
         self._capture = None
         if capture.invalid or unjoined:
+            self._pool.still_recording = True  # type: ignore[union-attr]
             self._release_pool()
             raise RuntimeError(cuda_errors.INVALIDATED if capture.invalid else cuda_errors.UNJOINED)
         self._steps = capture.steps
@@ -108,6 +114,7 @@ class CUDAGraph:
     def _release_pool(self) -> None:
         if self._pool is not None:
             self._pool.graph_refs -= 1
+            self._pool.released = self._pool.graph_refs == 0
             self._pool = None
 
     def __del__(self) -> None:
