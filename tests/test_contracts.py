@@ -17,7 +17,7 @@ from tests.test_oracle import OPS, TWO_BREAKS
 from verification.checks import CheckResult
 from verification.contracts import declared_contract, get_contract
 from verification.devices import UsageError
-from verification.finding_kinds import FINDING_KINDS, fails_certificate
+from verification.finding_kinds import FINDING_KINDS, about_target, fails_certificate
 from verification.oracle import Finding, check_program, fresh_returns_read
 from verification.programs import op_table
 from verification.targets import load_target
@@ -84,6 +84,44 @@ def test_only_target_bugs_fail_a_check():
     assert _result().verdict == "pass"
     assert _result("op-contract", "harness-error").verdict == "explained"
     assert _result("op-contract", "target-bug").verdict == "fail"
+
+
+def test_checker_notes_leave_the_verdict_and_are_listed_apart_from_findings():
+    # known-unsafe and torch-limit are true of every target: a note, not a finding.
+    import verification.properties  # noqa: F401 - registers the property checks' kinds
+    from verification.certify import markdown
+
+    notes = [k for k in FINDING_KINDS if not about_target(k)]
+    assert set(notes) == {"known-unsafe", "torch-limit"}
+    assert _result(*notes).verdict == "pass"
+    assert _result("memory-held", *notes).verdict == "explained"
+    finding = {"violation": "v", "message": "m", "explanation": "e", "steps": 1, "seed": 0}
+    cert = {
+        "simulated": True,
+        "passed": True,
+        "target": {"name": "t", "version": None, "commit": None},
+        "contract": {"name": "returns", "source": "s", "summary": "s"},
+        "device": "sim",
+        "environment": dict.fromkeys(("gpu", "driver", "cuda", "torch", "hypothesis")),
+        "settings": dict.fromkeys(
+            ("profile", "seed", "examples", "max_ops", "max_breaks", "replays")
+        ),
+        "checks": [
+            {
+                "name": "properties",
+                "examples": 1,
+                "seconds": 0,
+                "verdict": "pass",
+                "findings": [{**finding, "kind": "known-unsafe"}],
+            },
+        ],
+        "coverage": {},
+        "sensitivity": None,
+        "date": "d",
+    }
+    text = markdown(cert)
+    findings, notes_part = text.split("## Checker notes")
+    assert "## Findings\n\nnone" in findings and "known-unsafe" in notes_part
 
 
 def test_vllm_adapter_without_vllm_is_a_one_line_usage_error():

@@ -38,9 +38,28 @@ def test_minimal_vllm_implementation_passes_check_all_holding_memory_only(bcg_ki
     from verification.targets import load_target
 
     results = run_properties(
-        "all", load_target(build()), bcg_kind, settings.default.max_examples, cycles=CI_CYCLES
+        "all",
+        load_target(build(hold="strong")),
+        bcg_kind,
+        settings.default.max_examples,
+        cycles=CI_CYCLES,
     )
     findings = [f for result in results for f in result.findings]
     bugs = [f for f in findings if f.fails]
     assert not bugs, bugs[0].message
     assert any(f.kind == "memory-held" for f in findings), findings
+
+
+def test_minimal_vllm_implementation_holding_weakly_as_vllm_keeps_nothing_alive(bcg_kind):
+    # The module's own variant weak-refs its break arguments, as vLLM does: no memory held.
+    from hypothesis import settings
+
+    from tests.property_checks import CI_CYCLES
+    from verification.check_command import run_properties
+    from verification.targets import load_target
+
+    results = run_properties(
+        "pool", load_target(build()), bcg_kind, settings.default.max_examples, cycles=CI_CYCLES
+    )
+    findings = [f for result in results for f in result.findings]
+    assert not [f for f in findings if f.fails or f.kind == "memory-held"], findings

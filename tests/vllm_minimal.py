@@ -6,7 +6,11 @@ inside an open capture segment ends the segment, runs eagerly, is recorded for r
 new segment begins; outside a capture, or inside an eager step, it is a plain call. Replay
 runs the recorded graphs and eager calls in order and returns nothing: a break must write
 into caller-provided buffers (the ``out-buffer`` contract, which this module leaves
-undeclared so the harness's default applies). :func:`build` plants one of :data:`BUGS`.
+undeclared so the harness's default applies). Like vLLM, an eager step holds its device
+tensor arguments by non-owning references (vLLM's ``weak_ref_tensors``), so a capture does
+not keep intermediates alive; the caller keeps its buffers alive. :func:`build` plants one of
+:data:`BUGS`, or holds the arguments strongly (``hold="strong"``, a plain
+``functools.partial``), which is correct but keeps memory alive.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from types import SimpleNamespace, TracebackType
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 BUGS: dict[str, str] = {
     "eager_before_graphs": "replay runs every eager step before every graph",
@@ -30,10 +35,23 @@ BUGS: dict[str, str] = {
 _active = threading.local()
 
 
+def _weak_ref(value: Any) -> Any:
+    """A tensor over the same device memory that does not own it (vLLM's weak_ref_tensor)."""
+    if not isinstance(value, torch.Tensor) or not value.is_cuda:
+        return value
+    storage = value.untyped_storage()
+    alias = torch._C._construct_storage_from_data_pointer(
+        storage.data_ptr(), value.device, storage.nbytes()
+    )
+    empty = torch.empty((), dtype=value.dtype, device=value.device)
+    return empty.set_(alias, value.storage_offset(), value.size(), value.stride())
+
+
 class _Capture:
-    """One breakable capture; ``bugs`` is set per planted variant by :func:`build`."""
+    """One breakable capture; ``bugs`` and ``hold`` are set per variant by :func:`build`."""
 
     bugs: frozenset[str] = frozenset()
+    hold: str = "weak"
 
     def __init__(self, pool: Any = None) -> None:
         # One pool for every segment, so memory handed from segment to segment stays put.
@@ -89,6 +107,8 @@ class _Capture:
             replay_args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
         if "kwargs_dropped" in self.bugs:
             replay_kwargs = {}
+        if self.hold == "weak":
+            replay_args, replay_kwargs = tree_map(_weak_ref, (replay_args, replay_kwargs))
         step = functools.partial(fn, *replay_args, **replay_kwargs)
         if "eager_before_feeding_graph" in self.bugs:
             self.segments.append(("eager", step))
@@ -126,16 +146,22 @@ def _decorator(bugs: frozenset[str]) -> Callable[[Callable[..., Any]], Callable[
     return eager_break_during_capture
 
 
-def build(bug: str | None = None) -> SimpleNamespace:
-    """A target with ``bug`` planted (``None``: the correct variant)."""
+def build(bug: str | None = None, hold: str = "weak") -> SimpleNamespace:
+    """A target with ``bug`` planted (``None``: the correct variant), holding its eager
+    steps' arguments ``"weak"`` (as vLLM) or ``"strong"``."""
     if bug is not None and bug not in BUGS:
         raise ValueError(f"unknown planted bug {bug!r}; choose one of {', '.join(BUGS)}")
+    if hold not in ("weak", "strong"):
+        raise ValueError(f"hold must be 'weak' or 'strong', not {hold!r}")
     bugs = frozenset({bug} if bug else ())
+    capture = type("BreakableCUDAGraphCapture", (_Capture,), {"bugs": bugs, "hold": hold})
     return SimpleNamespace(
-        __name__=f"vllm_minimal[{bug or 'clean'}]",
-        BreakableCUDAGraphCapture=type("BreakableCUDAGraphCapture", (_Capture,), {"bugs": bugs}),
+        __name__=f"vllm_minimal[{bug or 'clean'}, {hold}]",
+        BreakableCUDAGraphCapture=capture,
         eager_break_during_capture=_decorator(bugs),
-        REPRODUCER_IMPORT=f"from tests.vllm_minimal import build\ntarget = build({bug!r})",
+        REPRODUCER_IMPORT=(
+            f"from tests.vllm_minimal import build\ntarget = build({bug!r}, hold={hold!r})"
+        ),
     )
 
 

@@ -22,7 +22,7 @@ import hypothesis
 import torch
 
 from verification.checks import CHECKS, CertifyRun, CheckResult
-from verification.finding_kinds import FINDING_KINDS, fails_certificate
+from verification.finding_kinds import FINDING_KINDS, about_target, fails_certificate
 from verification.ops.spec import OpSpec
 from verification.targets import Target
 
@@ -209,12 +209,15 @@ def markdown(cert: dict[str, Any]) -> str:
         f"| {c['name']} | {c['examples']} | {c['seconds']} | {c['verdict']} |"
         for c in cert["checks"]
     ]
-    lines += ["", "## Findings", ""]
-    findings = [(c["name"], f) for c in cert["checks"] for f in c["findings"]]
-    lines += [
-        f"- {name}: **{f['kind']}** {f['violation']}: {f['message']}\n  - {f['explanation']}"
-        for name, f in findings
-    ] or ["none"]
+    everything = [(c["name"], f) for c in cert["checks"] for f in c["findings"]]
+    for heading, about in (("Findings", True), ("Checker notes (true of every target)", False)):
+        listed = [
+            f"- {name}: **{f['kind']}** {f['violation']}: {f['message']}\n  - {f['explanation']}"
+            for name, f in everything
+            if about_target(f["kind"]) is about
+        ]
+        if about or listed:
+            lines += ["", f"## {heading}", ""] + (listed or ["none"])
     lines += ["", "## Coverage", ""]
     lines += [f"- {key}: {_counts_line(counts)}" for key, counts in cert["coverage"].items()]
     sensitivity = cert["sensitivity"]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verification.finding_kinds import fails_certificate
+from verification.finding_kinds import about_target, fails_certificate
 from verification.fuzz import CampaignConfig, CampaignResult, run_campaign
 from verification.ops.spec import OpSpec
 from verification.oracle import Finding
@@ -47,11 +47,12 @@ class CheckResult:
 
     @property
     def verdict(self) -> str:
-        """``fail`` on a finding that fails a certificate, ``explained`` when every finding
-        blames something other than the target, else ``pass``."""
+        """``fail`` on a finding that fails a certificate, ``explained`` when a finding about
+        the target blames something other than it, else ``pass`` (checker notes, true of
+        every target, leave the verdict alone)."""
         if any(fails_certificate(f.kind) for f in self.findings):
             return "fail"
-        return "explained" if self.findings else "pass"
+        return "explained" if any(about_target(f.kind) for f in self.findings) else "pass"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,9 @@ class FindingKind:
     name: str
     fails_certificate: bool
     meaning: str
+    # False for what the checker shows about the platform or a documented hazard, true of
+    # every target alike; certificates list those as notes, apart from the target's findings.
+    about_target: bool = True
 
 
 TARGET_BUG = "target-bug"
@@ -24,10 +27,13 @@ HARNESS_ERROR = "harness-error"
 FINDING_KINDS: dict[str, FindingKind] = {}
 
 
-def register_finding_kind(name: str, fails_certificate: bool, meaning: str) -> FindingKind:
+def register_finding_kind(
+    name: str, fails_certificate: bool, meaning: str, about_target: bool = True
+) -> FindingKind:
     """Adds a kind; registering the same name twice is a programming error."""
     assert name not in FINDING_KINDS, f"finding kind {name!r} is registered twice"
-    FINDING_KINDS[name] = FindingKind(name, fails_certificate, meaning)
+    assert about_target or not fails_certificate, "only a finding about the target can fail it"
+    FINDING_KINDS[name] = FindingKind(name, fails_certificate, meaning, about_target)
     return FINDING_KINDS[name]
 
 
@@ -50,3 +56,7 @@ register_finding_kind(
 
 def fails_certificate(kind: str) -> bool:
     return FINDING_KINDS[kind].fails_certificate
+
+
+def about_target(kind: str) -> bool:
+    return FINDING_KINDS[kind].about_target

@@ -35,6 +35,7 @@ KNOWN_UNSAFE = register_finding_kind(
     False,
     "a documented hazard (replaying captures of one pool out of order), demonstrated by the "
     "checker; never a target bug",
+    about_target=False,
 ).name
 
 

@@ -42,6 +42,7 @@ TORCH_LIMIT = register_finding_kind(
     False,
     "a limitation of torch or CUDA that no target can work around, shown by the checker; "
     "never a target bug",
+    about_target=False,
 ).name
 POOL_LEFT_RECORDING = "already recording to mempool_id"
 POINTS = ("captured-region", "eager-at-capture", "eager-at-replay", "capture-end", "illegal-call")
