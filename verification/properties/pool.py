@@ -5,9 +5,9 @@ Several drawn programs are captured one after another into one pool, freed memor
 scribbled, and each capture replayed in capture order must equal eager. A chain with k breaks
 may reserve at most 1.05 times the graph-pool memory of the same program captured as one
 graph. Intermediates given to breaks should die while the capture lives (if not, a
-``memory-held`` finding with the figure), and everything must die, reserved memory back to its
-baseline, once the captures are dropped. Replaying out of capture order is demonstrated as a
-``known-unsafe`` finding that never counts against a target.
+``memory-held`` finding with the figure), and everything must die, the graph pools' reserved
+memory back to its baseline, once the captures are dropped. Replaying out of capture order is
+demonstrated as a ``known-unsafe`` note that never counts against a target.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from verification.properties.memory import ArgumentWatch, held_bytes, scribble_f
 from verification.properties.runs import (
     ProgramRun,
     graph_pool_bytes,
-    reserved,
     run_steps_with_hook,
     settle,
 )
@@ -153,7 +152,10 @@ def _shared_pool_problem(
     programs: list[Program], config: CheckConfig, held: list[int]
 ) -> str | None:
     settle(config.kind)
-    baseline = reserved()
+    # Graph pools only: what the default pool caches depends on everything the process ran
+    # before (cuBLAS workspaces, the scribbling below, other tests), and on the H200 it
+    # drifted by hundreds of MB in a busy test worker while the captures' pools came back.
+    baseline = graph_pool_bytes()
     pool = torch.cuda.graph_pool_handle()
     watch = ArgumentWatch()
     runs: list[ProgramRun] = []
@@ -181,10 +183,11 @@ def _shared_pool_problem(
             f"{len(alive)} tensors given to breaks ({held_bytes(alive)} bytes) are still alive "
             "after every capture and caller reference was dropped"
         )
-    after = reserved()
+    after = graph_pool_bytes()
     if after > baseline:
         return (
-            f"reserved memory is {after} bytes after the captures were dropped, baseline {baseline}"
+            f"graph pools reserve {after} bytes after the captures were dropped, "
+            f"{baseline} before they were made"
         )
     return None
 

@@ -83,6 +83,25 @@ def _restore_all() -> None:
             delattr(owner, name)
         else:
             setattr(owner, name, old)
+    while _saved_sdp:
+        name, was = _saved_sdp.pop()
+        getattr(torch.backends.cuda, f"enable_{name}_sdp")(was)
+
+
+# On a CUDA build, scaled_dot_product_attention picks a fused CUDA kernel for cuda-typed
+# tensors, which cannot run on the simulator's host memory; its math backend is made of
+# ordinary ops that can. A CPU build never picks them.
+_FUSED_SDP = ("flash", "mem_efficient", "cudnn")
+_saved_sdp: list[tuple[str, bool]] = []
+
+
+def _use_math_sdp() -> None:
+    backends = torch.backends.cuda
+    if not backends.is_built():
+        return
+    for name in _FUSED_SDP:
+        _saved_sdp.append((name, getattr(backends, f"{name}_sdp_enabled")()))
+        getattr(backends, f"enable_{name}_sdp")(False)
 
 
 def _bootstrap_with_mode(original: Any) -> Any:
@@ -112,6 +131,7 @@ def _install() -> None:
         "_bootstrap_inner",
         _bootstrap_with_mode(threading.Thread._bootstrap_inner),
     )
+    _use_math_sdp()
 
 
 def _push_thread_mode() -> None:
