@@ -1,0 +1,34 @@
+"""Issue 7: the minimal vLLM-contract implementation of tests/ certifies, undeclared (so
+under the out-buffer contract), with no finding about it, at 2000 examples of up to 16 ops.
+
+On the simulator here; on a GPU the same command runs in bench/gpu_session.sh's certify
+phase, with its certificate under results/gpu/.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import verification.properties  # noqa: F401 - registers the property checks' finding kinds
+from verification.finding_kinds import about_target
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.sim
+@pytest.mark.long
+def test_minimal_vllm_implementation_certifies_2000_examples_with_no_finding(tmp_path):
+    command = [sys.executable, "-m", "verification", "certify", "--target", "tests.vllm_minimal"]
+    command += ["--device", "sim", "--examples", "2000", "--max-ops", "16"]
+    command += ["--no-sensitivity", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    cert = json.loads((tmp_path / "certificate.json").read_text())
+    assert cert["contract"]["name"] == "out-buffer" and cert["settings"]["examples"] == 2000
+    findings = [f for c in cert["checks"] for f in c["findings"] if about_target(f["kind"])]
+    assert cert["passed"] and not findings, findings
