@@ -46,9 +46,11 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
     suite1) step matrix_1gpu_nauto 200 env OUT="$out" CUDA_VISIBLE_DEVICES=0 bash bench/gpu_pytest_matrix.sh nauto ;;
     n2) step matrix_2gpu_n2 300 env OUT="$out" bash bench/gpu_pytest_matrix.sh n2 ;;
     n0) step matrix_2gpu_n0 150 env OUT="$out" bash bench/gpu_pytest_matrix.sh n0 ;;
+    matrix) step matrix 330 env OUT="$out" bash bench/gpu_pytest_matrix.sh nauto n2 n0 ;;
+    probes) step pool_recovery 120 python3 -m bench.probes.pool_recovery ;;
     certify_library) step certify_library 150 python3 -m verification certify --device cuda --out "$out/certify-library" ;;
     certify)
-      step certify_vllm_minimal 140 python3 -m verification certify --target tests.vllm_minimal --device cuda --examples 2000 --max-ops 16 --no-sensitivity --out "$out/certify-vllm-minimal"
+      step certify_vllm_minimal 240 python3 -m verification certify --target tests.vllm_minimal --device cuda --examples 2000 --max-ops 16 --no-sensitivity --out "$out/certify-vllm-minimal"
       step certify_peer 90 python3 -m verification certify --target verification.targets.breakable_cuda_graphs --device cuda --profile quick --no-sensitivity --out "$out/certify-peer" ;;
     fuzzop)
       step fuzzop_varlen 100 python3 -m verification fuzz-op examples.varlen_attention:SPEC --device cuda --examples 1000 --seed 1 --report "$out/fo-varlen"

@@ -34,13 +34,17 @@ def resolve_device(choice: str) -> str:
 
 
 @contextlib.contextmanager
-def device_context(kind: str) -> Iterator[str]:
+def device_context(kind: str, strict_warmup: bool = True) -> Iterator[str]:
     """Yields the torch device to allocate on for a resolved ``kind``; ``sim`` holds the
-    simulator open for the block (its device tensors are ``cuda`` tensors too)."""
+    simulator open for the block (its device tensors are ``cuda`` tensors too), with the
+    first-kernel-use rule on unless ``strict_warmup`` is False."""
     if kind == "cuda":
         yield TORCH_DEVICE[kind]
         return
     from verification.sim import simulated_cuda
+    from verification.sim import strict_warmup as first_use_rule
 
-    with simulated_cuda():
+    # The harness warms every program up eagerly before capturing it, as users must on the
+    # H200, so it runs with the first-kernel-use rule on.
+    with simulated_cuda(), first_use_rule() if strict_warmup else contextlib.nullcontext():
         yield TORCH_DEVICE[kind]

@@ -249,7 +249,8 @@ def _bcg_device_scope(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     kind = _kind(request.config)
-    with device_context(kind):
+    # A GPU worker's kernels are warm or not by what ran before: tests are not strict.
+    with device_context(kind, strict_warmup=False):
         yield
         _fail_unless_clean()
         if kind == "cuda":

@@ -10,6 +10,7 @@ order), cuBLAS workspaces, NCCL, multiple devices.
 """
 
 from verification.sim.allocator import DEFAULT_POOL_ID, POISON_INT16
+from verification.sim.capture_rules import strict_warmup
 from verification.sim.patching import is_active, simulated_cuda
 from verification.sim.races import StreamRaceError, detect_races
 
@@ -20,4 +21,5 @@ __all__ = [
     "detect_races",
     "is_active",
     "simulated_cuda",
+    "strict_warmup",
 ]

@@ -3,14 +3,26 @@
 Measured on an H200: ``histc`` with its default range reads min and max on the host;
 ``repeat_interleave`` is capturable once ``output_size`` is given; a cuSOLVER op needs a
 library handle, which cannot be created inside a capture, so it must run eagerly first.
+
+First kernel use, in strict warm-up mode (:func:`strict_warmup`, or
+``BCG_SIM_STRICT_WARMUP=1``): on the H200 an elementwise op on bfloat16, int8, int32 or bool
+issued for the first time inside a capture, with no eager run of the same op and dtypes
+before, made ``capture_end`` fail ("operation failed due to a previous error during
+capture"). Whether a kernel is already loaded depends on everything the process ran before,
+so the mode is opt-in; the harness turns it on, since its programs warm up eagerly first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves
+
+from verification.sim import state
 
 aten = torch.ops.aten
 
@@ -69,3 +81,32 @@ def ran_eagerly(func: Any, warm: set[str]) -> None:
     library = LIBRARY.get(func)
     if library is not None:
         warm.add(library)
+
+
+COLD_KERNEL_DTYPES = frozenset({torch.bfloat16, torch.int8, torch.int32, torch.bool})
+
+
+def kernel_key(func: Any, args: tuple, kwargs: dict) -> tuple[Any, ...] | None:
+    """The kernel a pointwise op launches, if its first use inside a capture can fail."""
+    if torch.Tag.pointwise not in func.tags:
+        return None
+    dtypes = {t.dtype for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+    if dtypes.isdisjoint(COLD_KERNEL_DTYPES):
+        return None
+    return (func, *sorted(map(str, dtypes)))
+
+
+def strict_from_environment() -> bool:
+    return os.environ.get("BCG_SIM_STRICT_WARMUP", "") not in ("", "0")
+
+
+@contextlib.contextmanager
+def strict_warmup() -> Iterator[None]:
+    """Models the H200's first-kernel-use failure for the block (inside ``simulated_cuda()``)."""
+    session = state.require()
+    previous = session.strict_warmup
+    session.strict_warmup = True
+    try:
+        yield
+    finally:
+        session.strict_warmup = previous

@@ -220,6 +220,10 @@ def run_captured(
         indices = _arg(func, args, kwargs, 1)
         if any(_is_mask(i) for i in indices or ()):
             _fail(capture)
+    if session.strict_warmup:
+        key = capture_rules.kernel_key(func, args, kwargs)
+        if key is not None and key not in session.warm_kernels:
+            capture.invalidate()  # the op is issued; the H200 fails capture_end
     if info.metadata_only:
         return func(*args, **kwargs)
     allocator = session.allocator
@@ -343,6 +347,8 @@ def run_on_device(
             session.check_unsafe_call()  # the host waits for the device: a sync
         if func in _RULED:
             capture_rules.ran_eagerly(func, session.warm_libraries)
+        if session.strict_warmup and (key := capture_rules.kernel_key(func, args, kwargs)):
+            session.warm_kernels.add(key)
         if info.random:
             with session.rng.active():
                 result = run_eager(func, info, host_args, host_kwargs, session)

@@ -11,6 +11,7 @@ from typing import Any
 
 from verification.sim import cuda_errors
 from verification.sim.allocator import Allocator
+from verification.sim.capture_rules import strict_from_environment
 from verification.sim.device_rng import DeviceRNG
 from verification.sim.races import RaceDetector
 from verification.sim.races import enabled_by_environment as races_from_environment
@@ -28,6 +29,9 @@ class Session:
         self.pinned = PinnedMemory()
         self.rng = DeviceRNG()
         self.warm_libraries: set[str] = set()  # device libraries whose handle exists
+        # Kernels run eagerly, for the first-use rule of strict warm-up mode (capture_rules).
+        self.warm_kernels: set[tuple[Any, ...]] = set()
+        self.strict_warmup = strict_from_environment()
         self.races: RaceDetector | None = (
             RaceDetector(self.allocator) if races_from_environment() else None
         )
