@@ -120,7 +120,13 @@ def make_inputs(program: Program, seed: int, device: str) -> list[torch.Tensor]:
     """Deterministic random values for the program's inputs under ``seed``."""
     g = torch.Generator().manual_seed(seed)
     namespace = {"torch": torch, "g": g}
-    return [eval(input_expr(meta), namespace).to(device) for meta in program.inputs]
+    return [eval(_compiled_expr(input_expr(meta)), namespace).to(device) for meta in program.inputs]
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled_expr(expr: str) -> Any:
+    # Programs reuse a few input shapes; parsing the text again for each input is wasted.
+    return compile(expr, "<input>", "eval")
 
 
 def break_step_allowed(spec: OpSpec, allow_tensor_returns: bool) -> bool:

@@ -9,6 +9,8 @@ eager, and the Python text a reproducer prints for it. Adding an op means adding
 
 from __future__ import annotations
 
+import functools
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -92,5 +94,11 @@ class OpSpec:
             assert self.run is not None, f"capturable op {self.name} has no run"
             return self.run
         namespace: dict[str, Any] = {"eager_break_during_capture": decorate}
-        exec(compile(self.source, f"<break op {self.name}>", "exec"), namespace)
+        exec(_compiled(self.source, f"<break op {self.name}>"), namespace)
         return namespace[self.entry]
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(source: str, filename: str) -> types.CodeType:
+    # Every checked program builds its break callables afresh; parsing is the costly half.
+    return compile(source, filename, "exec")

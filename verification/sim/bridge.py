@@ -8,6 +8,7 @@ back: a result over an argument's memory becomes a device tensor on that argumen
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import torch
@@ -92,9 +93,7 @@ class Bridge:
         """Copies host memory the op allocated itself into a new block of ``pool``."""
         nbytes = storage.nbytes()
         block = self.allocator.allocate(pool, nbytes)
-        with torch._C._DisableTorchDispatch():
-            dst = torch.empty(0, dtype=torch.uint8).set_(block.storage, 0, (nbytes,), (1,))
-            dst.copy_(torch.empty(0, dtype=torch.uint8).set_(storage, 0, (nbytes,), (1,)))
+        ctypes.memmove(block.address, storage.data_ptr(), nbytes)  # host memory both
         return block
 
     def write_back(self, original: torch.Tensor, host: torch.Tensor, pool: Pool) -> None:

@@ -10,6 +10,7 @@ raise and invalidate. Host-device copies follow :mod:`transfers`.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +21,15 @@ from torch.utils._pytree import tree_map
 from verification.sim import capture_rules, cuda_errors, state, transfers
 from verification.sim.allocator import Block
 from verification.sim.bridge import Bridge
-from verification.sim.device_tensors import set_layout
-from verification.sim.recording import Step, flatten_call, ref_to, unflatten_call
+from verification.sim.device_tensors import HOST, device_view, set_layout
+from verification.sim.recording import (
+    BlockRef,
+    CallSpec,
+    Step,
+    flatten_call,
+    ref_to,
+    unflatten_call,
+)
 from verification.sim.streams import current_stream
 
 # Ops with an output shape or value the host needs now; integer indexing is fine on CUDA,
@@ -59,6 +67,10 @@ class OpInfo:
     list_returns: tuple[bool, ...]
     out_args: frozenset[int]  # indices of ``out=`` arguments
     random: bool  # draws from the device generator
+    single_return: bool
+    # Capture needs only the arguments' layouts (no rule reads their values, no ``out=``
+    # resize, nothing executes), so it can skip host views: see ``_record_from_layouts``.
+    recorded_from_layouts: bool
 
     @property
     def has_fresh(self) -> bool:
@@ -84,16 +96,28 @@ def op_info(func: Any) -> OpInfo:
     )
     writes = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
     is_view = not writes and any(r.alias_info is not None for r in schema.returns)
+    metadata_only = is_view or torch.Tag.inplace_view in func.tags
+    illegal = func not in _MASK_CHECKED and any(t in func.tags for t in _ILLEGAL_TAGS)
+    out_args = frozenset(i for i, a in enumerate(schema.arguments) if a.is_out)
     info = OpInfo(
-        metadata_only=is_view or torch.Tag.inplace_view in func.tags,
+        metadata_only=metadata_only,
         is_view=is_view,
-        illegal_in_capture=func not in _MASK_CHECKED and any(t in func.tags for t in _ILLEGAL_TAGS),
+        illegal_in_capture=illegal,
         mask_checked=func in _MASK_CHECKED,
         writes_no_data=func in _NO_DATA,
         return_aliases=aliases,
         list_returns=tuple(isinstance(r.type, torch._C.ListType) for r in schema.returns),
-        out_args=frozenset(i for i, a in enumerate(schema.arguments) if a.is_out),
+        out_args=out_args,
         random=torch.Tag.nondeterministic_seeded in func.tags,
+        single_return=len(aliases) == 1,
+        recorded_from_layouts=not (
+            metadata_only
+            or illegal
+            or out_args
+            or func in _MASK_CHECKED
+            or func in _RULED
+            or func in capture_rules.SYNCS_WHEN
+        ),
     )
     _infos[func] = info
     return info
@@ -122,8 +146,9 @@ def _rehome(t: Any, session: Any, copy: bool) -> Any:
         return t
     block = session.allocator.allocate(session.allocator.default_pool, nbytes)
     if copy:
-        dst = torch.empty(0, dtype=torch.uint8).set_(block.storage, 0, (nbytes,), (1,))
-        dst.copy_(torch.empty(0, dtype=torch.uint8).set_(storage, 0, (nbytes,), (1,)))
+        # Both are plain host memory: one memmove, where byte views and copy_ take three
+        # torch calls on every eager device op.
+        ctypes.memmove(block.address, storage.data_ptr(), nbytes)
     out = _block_tensor(block, t)
     out.requires_grad_(t.requires_grad)
     return out
@@ -153,18 +178,29 @@ _meta_cache: dict[Any, Any] = {}
 _META_CACHE_LIMIT = 8192
 
 
-def _layout_key(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    leaves, spec = flatten_call(args, kwargs)
+def _layout_key(func: Any, leaves: list[Any], spec: CallSpec) -> Any:
+    """The cache key of a call flattened by ``flatten_call``, on host views or on device
+    tensors alike: a tensor counts by layout and a device by ``to_host``'s answer."""
     key = tuple(
-        (tuple(x.shape), x.stride(), x.dtype) if isinstance(x, torch.Tensor) else x for x in leaves
+        (tuple(x.shape), x.stride(), x.dtype)
+        if isinstance(x, torch.Tensor)
+        else HOST
+        if isinstance(x, torch.device) and x.type == "cuda"
+        else x
+        for x in leaves
     )
     return (func, key, spec)
 
 
-def _output_metadata(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The op's outputs computed on meta tensors (on real inputs if it has no meta kernel)."""
+def _output_metadata(
+    func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], flat: Any = None
+) -> Any:
+    """The op's outputs computed on meta tensors (on real inputs if it has no meta kernel).
+
+    ``flat`` is ``flatten_call(args, kwargs)`` when the caller already has it.
+    """
     try:
-        key = _layout_key(func, args, kwargs)
+        key = _layout_key(func, *(flat if flat is not None else flatten_call(args, kwargs)))
         cached = _meta_cache.get(key)
     except TypeError:  # an unhashable argument: no caching for this call
         key, cached = None, None
@@ -207,7 +243,13 @@ def _launches_nothing(values: list[Any]) -> bool:
 
 
 def run_captured(
-    func: Any, info: OpInfo, args: tuple, kwargs: dict, stream: Any, session: Any
+    func: Any,
+    info: OpInfo,
+    args: tuple,
+    kwargs: dict,
+    stream: Any,
+    session: Any,
+    flat: tuple[list[Any], CallSpec] | None = None,
 ) -> Any:
     capture = stream.capture
     if func in capture_rules.SYNCS_WHEN and capture_rules.host_copy(func, args, kwargs):
@@ -237,7 +279,7 @@ def run_captured(
 
     values: list[Any] = [None] * n
     if info.has_fresh:
-        fresh = _map_returns(info, _output_metadata(func, args, kwargs), fresh_block)
+        fresh = _map_returns(info, _output_metadata(func, args, kwargs, flat), fresh_block)
         values = [fresh] if n == 1 else list(fresh)
     refs: list[Any] = [None] * n
     for i, alias in enumerate(info.return_aliases):
@@ -248,7 +290,9 @@ def run_captured(
         elif isinstance(values[i], torch.Tensor):
             refs[i] = ref_to(values[i], allocator)
     if not info.writes_no_data and not _launches_nothing(values):
-        capture.add_step(stream, Step(func, args, kwargs, refs, allocator))
+        leaves, spec = flat if flat is not None else flatten_call(args, kwargs)
+        recorded = [ref_to(x, allocator) if isinstance(x, torch.Tensor) else x for x in leaves]
+        capture.add_step(stream, Step(func, recorded, spec, refs, info.single_return))
     if n == 0:
         return None
     return values[0] if n == 1 else tuple(values)
@@ -335,10 +379,16 @@ def run_on_device(
     leaves, spec = flat if flat is not None else flatten_call(args, kwargs)
     if checked and kwargs.get("device") is None:  # factories only read a host tensor's shape
         _check_same_device(func, leaves)
+    if capture is not None:
+        if checked:
+            leaves = [_bake(x) for x in leaves]
+        if info.recorded_from_layouts:
+            result = _record_from_layouts(func, info, args, kwargs, leaves, spec, stream, session)
+            if result is not _NEEDS_HOST_VIEWS:
+                return result
     bridge = Bridge(session.allocator)
-    if capture is not None and checked:
-        leaves = [_bake(x) for x in leaves]
-    host_args, host_kwargs = unflatten_call([bridge.to_host(x) for x in leaves], spec)
+    host_leaves = [bridge.to_host(x) for x in leaves]
+    host_args, host_kwargs = unflatten_call(host_leaves, spec)
     pool = session.allocator.default_pool if capture is None else capture.pool
     if info.out_args:
         _resize_outputs(func, info, host_args, host_kwargs, pool, capture)
@@ -359,10 +409,96 @@ def run_on_device(
             if info.illegal_in_capture:
                 session.races.host_waits_for_stream(stream)
     else:
-        result = run_captured(func, info, host_args, host_kwargs, stream, session)
+        flat = (host_leaves, spec)
+        result = run_captured(func, info, host_args, host_kwargs, stream, session, flat)
     return _device_results(
         func, info, result, (args, kwargs), (host_args, host_kwargs), bridge, pool
     )
+
+
+_NEEDS_HOST_VIEWS = object()
+
+
+def _device_ref(t: torch.Tensor, allocator: Any) -> BlockRef | None:
+    """``ref_to`` of ``t``'s host view, read off the device tensor; None where that would be
+    a ``HeldRef`` (which must hold the host view itself)."""
+    if t.layout != torch.strided:
+        return None
+    base = t.untyped_storage().data_ptr()
+    block = allocator.find(base)
+    if block is None:
+        return None
+    size = t.element_size()
+    byte_offset = base - block.address + t.storage_offset() * size
+    if byte_offset % size:
+        return None
+    return BlockRef(block, t.dtype, tuple(t.shape), t.stride(), byte_offset // size)
+
+
+def _record_from_layouts(
+    func: Any,
+    info: OpInfo,
+    args: tuple,
+    kwargs: dict,
+    leaves: list[Any],
+    spec: CallSpec,
+    stream: Any,
+    session: Any,
+) -> Any:
+    """``run_captured`` plus ``_device_results`` for an op whose capture reads only layouts.
+
+    Such an op is recorded, not run, so its host views would serve only to name memory and
+    look up output layouts; both come straight from the device tensors here, which saves
+    most of a captured op's cost. Gives ``_NEEDS_HOST_VIEWS`` (having changed nothing) when
+    the output layouts are not cached yet or an argument is not on a simulator block.
+    """
+    try:
+        metas = _meta_cache.get(_layout_key(func, leaves, spec))
+    except TypeError:
+        return _NEEDS_HOST_VIEWS
+    if metas is None:
+        return _NEEDS_HOST_VIEWS
+    allocator = session.allocator
+    recorded: list[Any] = []
+    for x in leaves:
+        if isinstance(x, torch.Tensor):
+            if x.is_cuda:
+                x = _device_ref(x, allocator)
+                if x is None:
+                    return _NEEDS_HOST_VIEWS
+            else:
+                x = ref_to(x, allocator)
+        elif isinstance(x, torch.device) and x.type == "cuda":
+            x = HOST
+        recorded.append(x)
+    pool = stream.capture.pool
+
+    def fresh(meta: Any) -> tuple[Any, Any]:
+        if not isinstance(meta, torch.Tensor):
+            return meta, None
+        block = allocator.allocate(pool, meta.untyped_storage().nbytes())
+        shape, stride, offset = meta.shape, meta.stride(), meta.storage_offset()
+        out = device_view(block.device_storage, meta.dtype, shape, stride, offset)
+        return out, BlockRef(block, meta.dtype, tuple(shape), stride, offset)
+
+    n = len(info.return_aliases)
+    metas = [metas] if n == 1 else list(metas)
+    values: list[Any] = [None] * n
+    refs: list[Any] = [None] * n
+    for i, alias in enumerate(info.return_aliases):
+        if alias is not None:
+            values[i] = _arg(func, args, kwargs, alias)
+        elif info.list_returns[i]:
+            pairs = [fresh(m) for m in metas[i]]
+            values[i] = [v for v, _ in pairs]
+            refs[i] = [r for _, r in pairs]
+        else:
+            values[i], refs[i] = fresh(metas[i])
+    if not info.writes_no_data and not _launches_nothing(values):
+        stream.capture.add_step(stream, Step(func, recorded, spec, refs, info.single_return))
+    if n == 0:
+        return None
+    return values[0] if n == 1 else tuple(values)
 
 
 def _device_results(
@@ -493,7 +629,10 @@ class SimMode(TorchDispatchMode):
             if result is not NotImplemented:
                 return result
         flat = flatten_call(args, kwargs)
-        if not any(_wants_device(x) for x in flat[0]):
+        for x in flat[0]:
+            if _wants_device(x):
+                break
+        else:
             return _run_on_host(func, args, kwargs, session)
         target = kwargs.get("device")
         if isinstance(target, torch.device) and target.type == "cpu":

@@ -14,11 +14,19 @@ import torch
 
 from verification.sim.allocator import Allocator, Block
 
+_HOST = torch.device("cpu")
+
 
 class BlockRef:
-    """A tensor view over a block's memory, rebuilt on demand."""
+    """A tensor view over a block's memory, built on first use and kept.
 
-    __slots__ = ("block", "dtype", "offset", "size", "stride")
+    The kept view is over a storage of its own that owns nothing, not over ``block.storage``:
+    holding it neither keeps the block in use nor frees its memory, like a raw pointer.
+    Steps run ops that change no argument's layout (those run at capture), so the view
+    every replay gets is the one the capture described.
+    """
+
+    __slots__ = ("_view", "block", "dtype", "offset", "size", "stride")
 
     def __init__(
         self, block: Block, dtype: torch.dtype, size: Any, stride: Any, offset: int
@@ -28,11 +36,20 @@ class BlockRef:
         self.size = size
         self.stride = stride
         self.offset = offset
+        self._view: torch.Tensor | None = None
 
     def tensor(self) -> torch.Tensor:
-        return torch.empty(0, dtype=self.dtype).set_(
-            self.block.storage, self.offset, self.size, self.stride
-        )
+        view = self._view
+        if view is None:
+            block = self.block
+            storage = torch._C._construct_storage_from_data_pointer(
+                block.address, _HOST, block.size
+            )
+            view = torch.empty(0, dtype=self.dtype).set_(
+                storage, self.offset, self.size, self.stride
+            )
+            self._view = view
+        return view
 
 
 class HeldRef:
@@ -102,8 +119,10 @@ def unflatten_call(leaves: list[Any], spec: CallSpec) -> tuple[tuple[Any, ...], 
 class Step:
     """One recorded op: ``func`` on referenced inputs; fresh results copied into ``outputs``.
 
-    ``outputs`` has one entry per schema return: ``None`` (aliases an input, nothing to
-    copy), a ref, or a list of refs for ``Tensor[]`` returns.
+    ``leaves`` and ``spec`` are the call as :func:`flatten_call` gives it, its tensors
+    already turned into refs (:func:`ref_to`). ``outputs`` has one entry per schema return:
+    ``None`` (aliases an input, nothing to copy), a ref, or a list of refs for ``Tensor[]``
+    returns.
     """
 
     __slots__ = ("func", "leaves", "outputs", "single_return", "spec")
@@ -111,17 +130,16 @@ class Step:
     def __init__(
         self,
         func: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        leaves: list[Any],
+        spec: CallSpec,
         outputs: list[Any],
-        allocator: Allocator,
+        single_return: bool,
     ) -> None:
-        leaves, spec = flatten_call(args, kwargs)
         self.func = func
-        self.leaves = [ref_to(x, allocator) if isinstance(x, torch.Tensor) else x for x in leaves]
+        self.leaves = leaves
         self.spec = spec
         self.outputs = outputs
-        self.single_return = len(func._schema.returns) == 1
+        self.single_return = single_return
 
     def run(self, observe: Callable[..., None] | None = None) -> None:
         """Executes the step; the caller disables the dispatch mode and autograd.

@@ -110,11 +110,13 @@ class Stream:
         check_host_sync(self.capture)
         return True
 
+    # Through ``_state``, not the property: a capture keys its clocks by stream, so every
+    # captured op hashes and compares handles several times.
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Stream) and other.stream_id == self.stream_id
+        return isinstance(other, Stream) and other._state.stream_id == self._state.stream_id
 
     def __hash__(self) -> int:
-        return hash(("sim-stream", self.stream_id))
+        return hash(("sim-stream", self._state.stream_id))
 
     def __repr__(self) -> str:
         return f"<simulated torch.cuda.Stream device=cuda:0 cuda_stream={self.stream_id:#x}>"
