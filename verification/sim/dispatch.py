@@ -262,10 +262,6 @@ def run_captured(
         indices = _arg(func, args, kwargs, 1)
         if any(_is_mask(i) for i in indices or ()):
             _fail(capture)
-    if session.strict_warmup:
-        key = capture_rules.kernel_key(func, args, kwargs)
-        if key is not None and key not in session.warm_kernels:
-            capture.invalidate()  # the op is issued; the H200 fails capture_end
     if info.metadata_only:
         return func(*args, **kwargs)
     allocator = session.allocator
@@ -382,6 +378,10 @@ def run_on_device(
     if capture is not None:
         if checked:
             leaves = [_bake(x) for x in leaves]
+        if session.strict_warmup:
+            key = capture_rules.kernel_key(func, args, kwargs)
+            if key is not None and key not in session.warm_kernels:
+                capture.invalidate()  # the op is issued; the H200 fails capture_end
         if info.recorded_from_layouts:
             result = _record_from_layouts(func, info, args, kwargs, leaves, spec, stream, session)
             if result is not _NEEDS_HOST_VIEWS:
