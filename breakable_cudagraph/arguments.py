@@ -45,37 +45,47 @@ class PoolMemory:
         ]
 
     def _cached(self, address: int) -> bool:
-        return any(start <= address < end for start, end in self._ranges)
+        for start, end in self._ranges:
+            if start <= address < end:
+                return True
+        return False
 
     def addresses_in_pool(self, addresses: Iterable[int]) -> set[int]:
         """The subset of ``addresses`` that lie in the pool (one snapshot at most per call)."""
-        wanted = set(addresses) - self._outside
+        wanted = set(addresses)
+        if self._outside:
+            wanted -= self._outside
         found = {address for address in wanted if self._cached(address)}
-        if found != wanted:
+        if len(found) != len(wanted):
             self._refresh()
             found = {address for address in wanted if self._cached(address)}
             self._outside |= wanted - found
         return found
 
 
-def _aliasable(tensor: torch.Tensor) -> bool:
+def _alias_address(tensor: torch.Tensor) -> int | None:
+    """The address of ``tensor``'s storage if a non-owning alias can stand in for it, else None."""
     # Only plain strided tensors can be rebuilt exactly from (storage, offset, size, stride);
     # anything else (subclasses, sparse, conj/neg views, empty storage) is held strongly.
-    return (
-        _construct_storage is not None
-        and type(tensor) is torch.Tensor
-        and tensor.layout is torch.strided
-        and not tensor.is_conj()
-        and not tensor.is_neg()
-        and tensor.untyped_storage().nbytes() > 0
-    )
+    if (
+        _construct_storage is None
+        or type(tensor) is not torch.Tensor
+        or tensor.layout is not torch.strided
+        or tensor.is_conj()
+        or tensor.is_neg()
+    ):
+        return None
+    storage = tensor.untyped_storage()
+    return storage.data_ptr() if storage.nbytes() > 0 else None
 
 
 def non_owning_alias(tensor: torch.Tensor) -> torch.Tensor:
     """A tensor viewing ``tensor``'s memory that neither owns nor keeps alive that memory."""
     storage = tensor.untyped_storage()
     borrowed = _construct_storage(storage.data_ptr(), tensor.device, storage.nbytes())
-    alias = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+    # new_empty rather than torch.empty(..., dtype=, device=): same tensor, a third of the
+    # argument parsing, and every break pays it at capture (issue #9).
+    alias = tensor.new_empty(0)
     return alias.set_(borrowed, tensor.storage_offset(), tensor.size(), tensor.stride())
 
 
@@ -83,13 +93,16 @@ def hold_for_replay(tree: Any, pool_memory: PoolMemory) -> Any:
     """``tree`` with pool tensors replaced by non-owning aliases and the rest held as they are."""
     # Keyed by id: the tree keeps every leaf alive meanwhile, and each tensor is inspected
     # once (the walk is most of a break's capture cost, issue #9).
-    candidates = {
-        id(t): (t, t.untyped_storage().data_ptr()) for t in tensor_leaves(tree) if _aliasable(t)
-    }
+    candidates: dict[int, int] = {}
+    for tensor in tensor_leaves(tree):
+        if id(tensor) not in candidates:
+            address = _alias_address(tensor)
+            if address is not None:
+                candidates[id(tensor)] = address
     if not candidates:
         return tree
-    in_pool = pool_memory.addresses_in_pool(address for _, address in candidates.values())
-    aliased = {key for key, (_, address) in candidates.items() if address in in_pool}
+    in_pool = pool_memory.addresses_in_pool(candidates.values())
+    aliased = {key for key, address in candidates.items() if address in in_pool}
     if not aliased:
         return tree  # nothing to replace: map_tensors would return tree itself
 
@@ -97,3 +110,35 @@ def hold_for_replay(tree: Any, pool_memory: PoolMemory) -> Any:
         return non_owning_alias(tensor) if id(tensor) in aliased else tensor
 
     return map_tensors(tree, hold)
+
+
+# Leaves of a call's arguments that need no tree walk: most breaks take only these.
+_FLAT_LEAVES = frozenset({torch.Tensor, type(None), bool, int, float, str})
+
+
+def hold_call_arguments(
+    args: tuple[Any, ...], kwargs: dict[str, Any], pool_memory: PoolMemory
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``hold_for_replay((args, kwargs), pool_memory)``, without the tree walk when no keyword
+    arguments are given and every positional one is a plain tensor, a number, a string or None
+    (each break pays this at capture, issue #9)."""
+    if kwargs or type(args) is not tuple:
+        return hold_for_replay((args, kwargs), pool_memory)
+    addresses: list[int | None] = []
+    for arg in args:
+        if type(arg) is torch.Tensor:
+            addresses.append(_alias_address(arg))
+        elif type(arg) in _FLAT_LEAVES:
+            addresses.append(None)
+        else:
+            return hold_for_replay((args, kwargs), pool_memory)
+    wanted = [address for address in addresses if address is not None]
+    in_pool = pool_memory.addresses_in_pool(wanted) if wanted else None
+    if not in_pool:
+        return args, kwargs
+    # One alias per occurrence, as map_tensors makes.
+    held = tuple(
+        non_owning_alias(arg) if address in in_pool else arg
+        for arg, address in zip(args, addresses)
+    )
+    return held, kwargs

@@ -64,6 +64,6 @@ def eager_break_during_capture(fn: F | None = None, *, enable: bool = True) -> A
         capture = thread_state.active_capture()
         if capture is None or thread_state.in_eager_step():
             return fn(*args, **kwargs)
-        return capture.add_eager_call(fn, args, kwargs)
+        return capture._decorated_break(fn, args, kwargs)
 
     return eager_break

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import torch
 
 from . import thread_state
-from .arguments import PoolMemory, hold_for_replay
+from .arguments import PoolMemory, hold_call_arguments, hold_for_replay
 from .segments import EagerStep, GraphSegment, end_graph
 from .switch import graphs_disabled
 from .trees import tensor_leaves
@@ -38,6 +38,8 @@ class _State(enum.Enum):
     FAILED = "failed"
     RESET = "reset"
 
+
+_OPEN = frozenset({_State.CAPTURING, _State.EAGER})
 
 _REPLAY_REFUSALS = {
     _State.NEW: "nothing has been captured yet; run the work inside `with capture:` first",
@@ -251,20 +253,41 @@ class BreakableCUDAGraphCapture:
         kwargs: dict[str, Any],
         hold_arguments: bool,
     ) -> T:
-        if thread_state.active_capture() is not self or self._state not in (
-            _State.CAPTURING,
-            _State.EAGER,
-        ):
+        if thread_state.active_capture() is not self or self._state not in _OPEN:
             raise RuntimeError(
                 "eager breaks need this capture open in this thread; call inside `with capture:`"
             )
         if self._state is _State.EAGER or thread_state.in_eager_step():
-            with thread_state.eager_step_running():
+            thread_state.enter_eager_step()
+            try:
                 return fn(*args, **kwargs)
+            finally:
+                thread_state.exit_eager_step()
+        return self._captured_break(fn, args, kwargs, hold_arguments)
+
+    def _decorated_break(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: Any) -> T:
+        """``add_eager_call`` for ``eager_break_during_capture``, which has already found this
+        capture open in this thread and no eager step running: only the state is left to check."""
+        if self._state is not _State.CAPTURING:
+            return self._eager_break(fn, args, kwargs, hold_arguments=True)
+        return self._captured_break(fn, args, kwargs, True)
+
+    def _captured_break(
+        self,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        hold_arguments: bool,
+    ) -> T:
         self._end_graph()
         try:
-            with thread_state.eager_step_running():
+            # enter/exit rather than the eager_step_running context manager: a generator-based
+            # context manager costs more than the rest of the bookkeeping (issue #9).
+            thread_state.enter_eager_step()
+            try:
                 result = fn(*args, **kwargs)
+            finally:
+                thread_state.exit_eager_step()
             self._record_step(fn, args, kwargs, result, hold_arguments)
         except BaseException as exc:
             self._eager_step_error = exc
@@ -286,8 +309,8 @@ class BreakableCUDAGraphCapture:
                 f"eager step {name} returned a tensor in a strict capture; with strict=True a "
                 "break must write into tensors it was given and return None (or use strict=False)"
             )
-        if hold_arguments:
-            args, kwargs = hold_for_replay((args, kwargs), self._pool_memory)
+        if hold_arguments and (args or kwargs):
+            args, kwargs = hold_call_arguments(args, kwargs, self._pool_memory)
             call: Callable[[], Any] = functools.partial(fn, *args, **kwargs)
         else:
             call = fn

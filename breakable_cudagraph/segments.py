@@ -9,6 +9,7 @@ torch's empty-graph warning so no empty graph or its warning ever reaches the us
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -20,22 +21,65 @@ from .thread_state import enter_eager_step, exit_eager_step
 from .trees import tensor_leaves
 
 _EMPTY_GRAPH_WARNING = "The CUDA Graph is empty"
-# warnings.catch_warnings swaps process-global state; the lock keeps two threads from
+# Swapping the warnings module's filters is process-global; the lock keeps two threads from
 # interleaving their swaps and losing each other's filters.
 _WARNINGS_LOCK = threading.Lock()
+# What ``catch_warnings(record=True)`` plus ``simplefilter("always")`` leaves in effect: one
+# filter that lets every warning through to the recorder.
+_ALWAYS = ("always", None, Warning, None, 0)
+# The hooks catch_warnings itself swaps. Where they are missing, or filters are per context
+# (Python 3.14's context-aware warnings), catch_warnings is used instead.
+_SWAP_HOOKS = (
+    "filters",
+    "_filters_mutated",
+    "showwarning",
+    "_showwarnmsg_impl",
+    "_showwarning_orig",
+)
+_CAN_SWAP = all(hasattr(warnings, name) for name in _SWAP_HOOKS) and not getattr(
+    sys.flags, "context_aware_warnings", False
+)
+
+
+def _capture_end_recording(graph: torch.cuda.CUDAGraph) -> list[warnings.WarningMessage]:
+    """``graph.capture_end()`` with every warning it raises recorded instead of shown.
+
+    What ``catch_warnings(record=True)`` and ``simplefilter("always")`` do, less their copy of
+    the caller's filters and second filter mutation: every segment pays this at capture
+    (issue #9). The caller holds ``_WARNINGS_LOCK``.
+    """
+    if not _CAN_SWAP:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            graph.capture_end()
+        return caught
+    caught: list[warnings.WarningMessage] = []
+    module = warnings
+    filters, showwarning, impl = module.filters, module.showwarning, module._showwarnmsg_impl
+    module.filters = [_ALWAYS]
+    module._filters_mutated()
+    module._showwarnmsg_impl = caught.append
+    module.showwarning = module._showwarning_orig
+    try:
+        graph.capture_end()
+    finally:
+        module.filters = filters
+        module._filters_mutated()
+        module.showwarning = showwarning
+        module._showwarnmsg_impl = impl
+    return caught
 
 
 def end_graph(graph: torch.cuda.CUDAGraph) -> bool:
     """End ``graph``'s capture; True if it recorded work, False if it is empty."""
-    with _WARNINGS_LOCK, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            graph.capture_end()
-        finally:
-            empty = any(_EMPTY_GRAPH_WARNING in str(w.message) for w in caught)
-            others = [w for w in caught if _EMPTY_GRAPH_WARNING not in str(w.message)]
-    for w in others:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    with _WARNINGS_LOCK:
+        caught = _capture_end_recording(graph)
+    if not caught:
+        return True
+    empty = any(_EMPTY_GRAPH_WARNING in str(w.message) for w in caught)
+    for w in caught:
+        if _EMPTY_GRAPH_WARNING not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     return not empty
 
 

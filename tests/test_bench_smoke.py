@@ -58,3 +58,26 @@ def test_judge_flags_per_break_overhead_above_the_minimal_reference() -> None:
     assert slow[("per-break overhead: library / floor", 256)] is False
     assert fast[("per-break overhead: library / minimal", 256)] is True
     assert fast[("per-break overhead: library / floor", 256)] is True
+
+
+def test_cpu_capture_overhead_benchmark_runs_without_a_gpu() -> None:
+    # Tiny sizes, and the working tree's package as its own baseline to exercise the loader.
+    command = [
+        sys.executable,
+        "-m",
+        "bench.capture_overhead_cpu",
+        "--rounds",
+        "1",
+        "--breaks",
+        "0",
+        "2",
+        "--ops",
+        "3",
+        "--numel",
+        "8",
+        "--baseline",
+        str(ROOT / "breakable_cudagraph"),
+    ]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| 2 |" in done.stdout and "Tight loop of 2 breaks" in done.stdout

@@ -11,7 +11,12 @@ from typing import NamedTuple
 import torch
 
 from breakable_cudagraph import BreakableCUDAGraphCapture, eager_break_during_capture
-from breakable_cudagraph.arguments import PoolMemory, hold_for_replay, non_owning_alias
+from breakable_cudagraph.arguments import (
+    PoolMemory,
+    hold_call_arguments,
+    hold_for_replay,
+    non_owning_alias,
+)
 from breakable_cudagraph.trees import map_tensors, tensor_leaves
 
 
@@ -72,6 +77,33 @@ def test_pool_memory_tells_capture_tensors_from_outside_tensors(bcg_device: str)
     held_inside, held_outside = hold_for_replay((inside, outside), pool)
     assert held_outside is outside
     assert held_inside is not inside and held_inside.data_ptr() == inside.data_ptr()
+
+
+def test_call_arguments_are_held_as_the_tree_walk_holds_them(bcg_device: str) -> None:
+    outside = torch.ones(64, device=bcg_device)
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        inside = outside * 2
+    pool = PoolMemory(capture.pool)
+    calls = [
+        ((inside, outside, inside, 3, None, "s"), {}),  # flat: held without the tree walk
+        ((inside, [inside, outside]), {}),  # a list: the tree walk
+        ((outside,), {"scale": inside}),  # keywords: the tree walk
+        ((outside, 2.5), {}),  # nothing in the pool: the same tuple back
+    ]
+    for args, kwargs in calls:
+        fast_args, fast_kwargs = hold_call_arguments(args, kwargs, pool)
+        walked_args, walked_kwargs = hold_for_replay((args, kwargs), pool)
+        assert (fast_args is args) == (walked_args is args)
+        assert (fast_kwargs is kwargs) == (walked_kwargs is kwargs)
+        for fast, walked, given in zip(
+            tensor_leaves((fast_args, fast_kwargs)),
+            tensor_leaves((walked_args, walked_kwargs)),
+            tensor_leaves((args, kwargs)),
+        ):
+            assert (fast is given) == (walked is given)  # aliased in both or held in both
+            assert fast.data_ptr() == given.data_ptr() and fast.stride() == given.stride()
+        assert [type(a) for a in fast_args] == [type(a) for a in walked_args]
 
 
 def test_outside_tensor_survives_caller_dropping_it_and_memory_churn(bcg_device: str) -> None:
