@@ -65,6 +65,23 @@ _POOL_LEFT_RECORDING = (
 )
 
 
+def _end_generators_capture(exc: BaseException) -> None:
+    """Clears the capture flag a failed ``capture_end`` leaves on the CUDA generators.
+
+    torch skips the generators' capture epilogue when ``capture_end`` raises, and the
+    default generator then refuses every random op outside a capture ("Offset increment
+    outside graph capture encountered unexpectedly", on the H200 with torch 2.11) until a
+    capture ends; an empty capture into a new pool ends one.
+    """
+    try:
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(pool=torch.cuda.graph_pool_handle())
+        end_graph(graph)
+        graph.reset()
+    except Exception as secondary:
+        _note(exc, f"clearing the CUDA generators' capture state also failed: {secondary!r}")
+
+
 def _callable_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
@@ -341,7 +358,11 @@ class BreakableCUDAGraphCapture:
     # ---- internals ---------------------------------------------------------------------------
     def _begin_graph(self) -> None:
         graph = torch.cuda.CUDAGraph()
-        graph.capture_begin(pool=self.pool, capture_error_mode=self.capture_error_mode)
+        try:
+            graph.capture_begin(pool=self.pool, capture_error_mode=self.capture_error_mode)
+        except BaseException as exc:
+            _end_generators_capture(exc)  # the generators' prologue may have run already
+            raise
         self._open_graph = graph
 
     def _end_graph(self) -> None:
@@ -353,6 +374,7 @@ class BreakableCUDAGraphCapture:
         except BaseException as exc:
             self._empty_graphs.append(graph)  # released with the rest on abort
             _note(exc, _POOL_LEFT_RECORDING.format(pool=self.pool))
+            _end_generators_capture(exc)
             raise
         if recorded:
             self._segments.append(GraphSegment(graph))

@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
-import subprocess
-import sys
 import threading
 import warnings
 
@@ -1039,11 +1037,10 @@ def test_a_shared_pool_can_be_captured_into_only_while_one_of_its_graphs_lives(b
 
 
 _FIRST_USE = """
-import sys
 import torch
 
 x = torch.ones(8, device="cuda", dtype=torch.bfloat16)
-if sys.argv[1] == "warm":
+if WARM:
     torch.atan2(x, x)
 s = torch.cuda.Stream()
 s.wait_stream(torch.cuda.current_stream())
@@ -1059,24 +1056,14 @@ with torch.cuda.stream(s):
 """
 
 
-def _first_use_outcome(bcg_kind: str, warm: bool) -> str:
-    if bcg_kind == "cuda":  # a fresh process: which kernels are loaded is process state
-        argv = [sys.executable, "-c", _FIRST_USE, "warm" if warm else "cold"]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=120).stdout
+@pytest.mark.sim
+@pytest.mark.parametrize("warm", [False, True])
+def test_strict_warmup_mode_fails_a_capture_on_a_kernels_first_use(bcg_device, warm):
+    # The issue reports this on an H200; ours (torch 2.11, driver 580, 2026-11-30) captured
+    # a fresh process's first bfloat16 atan2 fine, so the mode is opt-in and harsher.
     from verification.sim import strict_warmup
 
     with strict_warmup(), contextlib.redirect_stdout(io.StringIO()) as printed:
-        sys.argv, saved = ["-c", "warm" if warm else "cold"], sys.argv
-        try:
-            exec(_FIRST_USE, {})
-        finally:
-            sys.argv = saved
-    return printed.getvalue()
-
-
-def test_first_use_of_a_bfloat16_kernel_inside_a_capture_fails_it_unless_warmed_up(
-    bcg_kind, bcg_device
-):
-    # Measured on the H200 (issue 13); on the simulator, strict warm-up mode models it.
-    assert PREVIOUS_ERROR in _first_use_outcome(bcg_kind, warm=False)
-    assert _first_use_outcome(bcg_kind, warm=True).strip() == "ended"
+        exec(_FIRST_USE, {"WARM": warm})
+    outcome = printed.getvalue()
+    assert outcome.strip() == "ended" if warm else PREVIOUS_ERROR in outcome

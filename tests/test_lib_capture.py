@@ -340,3 +340,13 @@ def test_capture_is_visible_only_in_the_thread_that_opened_it(bcg_device: str) -
         worker.start()
         worker.join()
     assert seen == [None]
+
+
+def test_random_ops_work_after_an_invalidated_capture(bcg_device: str) -> None:
+    # torch leaves the CUDA generator in capture mode when capture_end fails; the abort
+    # clears it, or every random op outside a capture would raise "Offset increment".
+    x = torch.ones(4, device=bcg_device)
+    with pytest.raises(RuntimeError), BreakableCUDAGraphCapture():
+        x * 2
+        torch.cuda.synchronize()
+    assert torch.rand(4, device=bcg_device).shape == (4,)

@@ -107,15 +107,14 @@ class _Capture:
             replay_args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
         if "kwargs_dropped" in self.bugs:
             replay_kwargs = {}
-        if self.hold == "weak":
+        self._close_segment()
+        if self.hold == "weak":  # between segments: nothing of this lands in a graph
             replay_args, replay_kwargs = tree_map(_weak_ref, (replay_args, replay_kwargs))
-        step = functools.partial(fn, *replay_args, **replay_kwargs)
+        step = ("eager", functools.partial(fn, *replay_args, **replay_kwargs))
         if "eager_before_feeding_graph" in self.bugs:
-            self.segments.append(("eager", step))
-            self._close_segment()
+            self.segments.insert(len(self.segments) - 1, step)
         else:
-            self._close_segment()
-            self.segments.append(("eager", step))
+            self.segments.append(step)
         result = fn(*args, **kwargs)
         self._open_segment()
         return result

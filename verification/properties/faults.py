@@ -12,12 +12,16 @@ capture into a pool id only while one of its graphs lives. After a capture-illeg
 itself (2.11, measured on the H200) refuses every later capture into the pool ("already
 recording to mempool_id"), whatever the target does; that is reported once as a
 ``torch-limit`` finding, which never fails a target, and the next capture goes to a new pool.
+Likewise torch leaves its CUDA generator in capture mode after a failed ``capture_end``, so
+random ops outside a capture raise; a target may clear that (this library does), and where
+it did not, the checker notes it as ``torch-limit`` and clears it before going on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -45,6 +49,7 @@ TORCH_LIMIT = register_finding_kind(
     about_target=False,
 ).name
 POOL_LEFT_RECORDING = "already recording to mempool_id"
+RNG_LEFT_CAPTURING = "Offset increment outside graph capture"
 POINTS = ("captured-region", "eager-at-capture", "eager-at-replay", "capture-end", "illegal-call")
 ILLEGAL_CALLS: dict[str, Callable[[dict[int, torch.Tensor]], Any]] = {
     "synchronize": lambda env: torch.cuda.synchronize(),
@@ -123,6 +128,25 @@ def _left_active(target: Any) -> str | None:
     return None
 
 
+def _generator_left_capturing(device: str) -> bool:
+    """Whether torch left the CUDA generator in capture mode; if so, ends it with an empty
+    capture into a new pool (any capture that ends clears the flag)."""
+    try:
+        torch.rand(1, device=device)
+        return False
+    except RuntimeError as error:
+        if RNG_LEFT_CAPTURING not in str(error):
+            raise
+    side = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "The CUDA Graph is empty"
+        graph.capture_begin(pool=torch.cuda.graph_pool_handle())
+        graph.capture_end()
+    graph.reset()
+    return True
+
+
 def _anchor(pool: Any, device: str) -> torch.cuda.CUDAGraph:
     """A live graph in ``pool``, so the pool id stays shareable whatever the target frees."""
     x = torch.zeros(1, device=device)
@@ -198,6 +222,12 @@ def _faulted_then_recovered(
     left = _left_active(target)
     if left is not None:
         return f"after {where}: {left}"
+    if _generator_left_capturing(config.device) and limits is not None:
+        limits.add(
+            f"after {point.replace('-', ' ')} faults, torch leaves its CUDA generator in "
+            f"capture mode ({RNG_LEFT_CAPTURING!r} on every random op outside a capture) "
+            "unless a capture ends; the target did not clear it, the checker did"
+        )
     if run is not None:
         problem = run.replay_problem(config.seed + 2)
         if problem is not None:
@@ -208,6 +238,7 @@ def _faulted_then_recovered(
     except Exception as error:
         if point != "illegal-call" or POOL_LEFT_RECORDING not in str(error):
             return f"the next capture into the same pool after {where} raised {error!r}"
+        _generator_left_capturing(config.device)  # the refused capture_begin may leave it
         if limits is not None:
             who = (
                 "the simulator, as torch 2.11 on the H200,"

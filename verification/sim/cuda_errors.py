@@ -21,6 +21,7 @@ REPLAY_WITHOUT_CAPTURE = "Called CUDAGraph::replay without a preceding successfu
 ISOLATION = "CUDA error: dependency created on uncaptured work in another stream"
 MERGE = "CUDA error: operation would result in a merge of separate capture sequences"
 REPLAY_IN_CAPTURE = "Cannot prepare for replay during capturing stage."
+RNG_LEFT_CAPTURING = "Offset increment outside graph capture encountered unexpectedly."
 POOL_STILL_RECORDING = "beginAllocateToPool: already recording to mempool_id"
 POOL_RELEASED = (
     'it->second->use_count > 0 INTERNAL ASSERT FAILED at "/pytorch/c10/cuda/'

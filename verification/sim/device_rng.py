@@ -3,6 +3,11 @@
 Random ops on device tensors run on the CPU, so they draw from ``torch.default_generator``;
 :meth:`DeviceRNG.active` swaps the device generator's state in for the duration of such an
 op (eager, or a replay), so host and device streams of random numbers never mix.
+
+``capturing`` mirrors the CUDA generator's capture flag: set when a capture begins, cleared
+when one ends. A capture whose ``capture_end`` fails leaves it set (torch skips the
+generator's epilogue), and then every random op outside a capture raises, as on the H200,
+until some capture ends successfully.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ class DeviceRNG:
     def __init__(self) -> None:
         self.generator = torch.Generator()
         self.manual_seed(DEFAULT_SEED)
+        self.capturing = False
 
     def manual_seed(self, seed: int) -> None:
         self.seed = seed

@@ -400,6 +400,8 @@ def run_on_device(
         if session.strict_warmup and (key := capture_rules.kernel_key(func, args, kwargs)):
             session.warm_kernels.add(key)
         if info.random:
+            if session.rng.capturing:
+                raise RuntimeError(cuda_errors.RNG_LEFT_CAPTURING)
             with session.rng.active():
                 result = run_eager(func, info, host_args, host_kwargs, session)
         else:

@@ -39,6 +39,7 @@ class CUDAGraph:
             raise RuntimeError(cuda_errors.DEFAULT_STREAM)
         if stream.capture is not None:
             raise RuntimeError(cuda_errors.NOT_PERMITTED)
+        session.rng.capturing = True  # the generators' capture prologue comes first
         with session.lock:
             capture_pool = session.allocator.capture_pool(pool)
             if capture_pool.still_recording:
@@ -66,6 +67,7 @@ class CUDAGraph:
             self._pool.still_recording = True  # type: ignore[union-attr]
             self._release_pool()
             raise RuntimeError(cuda_errors.INVALIDATED if capture.invalid else cuda_errors.UNJOINED)
+        session.rng.capturing = False
         self._steps = capture.steps
         if not self._steps:
             warnings.warn(cuda_errors.EMPTY_GRAPH, UserWarning, stacklevel=2)
