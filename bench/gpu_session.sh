@@ -49,6 +49,7 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
     matrix) step matrix 330 env OUT="$out" bash bench/gpu_pytest_matrix.sh nauto n2 n0 ;;
     probes) step pool_recovery 120 python3 -m bench.probes.pool_recovery ;;
     certify_library) step certify_library 150 python3 -m verification certify --device cuda --out "$out/certify-library" ;;
+    certify_vllm) step certify_vllm_minimal 240 python3 -m verification certify --target tests.vllm_minimal --device cuda --examples 2000 --max-ops 16 --no-sensitivity --out "$out/certify-vllm-minimal" ;;
     certify)
       step certify_vllm_minimal 240 python3 -m verification certify --target tests.vllm_minimal --device cuda --examples 2000 --max-ops 16 --no-sensitivity --out "$out/certify-vllm-minimal"
       step certify_peer 90 python3 -m verification certify --target verification.targets.breakable_cuda_graphs --device cuda --profile quick --no-sensitivity --out "$out/certify-peer" ;;
@@ -57,7 +58,7 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       step fuzzop_masked 100 python3 -m verification fuzz-op examples.masked_compaction:SPEC --device cuda --examples 1000 --seed 1 --report "$out/fo-masked" ;;
     stream)
       planted unordered_side_stream
-      for i in 1 2 3; do
+      for i in 1 2; do
         step "stream_order_planted_$i" 40 env PYTHONPATH="$PYTHONPATH:/tmp/planted" python3 -m verification check stream-order --target planted_unordered_side_stream --device cuda --examples 5 --seed "$i"
       done
       step stream_order_library 60 python3 -m verification check stream-order --device cuda --examples 25 ;;
