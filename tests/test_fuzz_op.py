@@ -165,3 +165,17 @@ def test_certify_with_an_op_that_does_not_import_is_one_error_line(capsys, tmp_p
     assert main(argv) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "does not import" in lines[0]
+
+
+def test_an_unjoined_op_is_judged_on_the_join_alone(monkeypatch, bcg_device):
+    # On the H200 the values an unjoined op writes race with its side stream, so checks of
+    # those values failed too (stale results looked like "state across calls").
+    from verification import opcontract
+
+    def every_part_fails(part):
+        return lambda loaded, case, device: opcontract.Violation(part, "m")
+
+    fakes = tuple((part, every_part_fails(part)) for part, _ in opcontract.CHECKS)
+    monkeypatch.setattr(opcontract, "CHECKS", fakes)
+    violations = diagnose(load_spec("tests.faulty_ops:UNJOINED_STREAM"), bcg_device, examples=1)
+    assert [v.part for v in violations] == ["streams joined", "concurrent capture"]
