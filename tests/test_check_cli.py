@@ -96,3 +96,18 @@ def test_a_property_process_that_dies_is_a_target_bug_that_fails_the_certificate
     result = check_command.run_isolated("faults", ["check", "faults", "--device", "cuda"])
     (finding,) = result.findings
     assert "SIGKILL" in finding.message and fails_certificate(finding.kind)
+
+
+def test_a_property_process_that_exits_without_a_result_says_what_it_last_said(monkeypatch):
+    import subprocess as subprocess_module
+
+    from verification import check_command
+
+    # The H200 certify of the PyPI peer said only "exited 1 with no result" for two checks.
+    said = "Traceback (most recent call last):\n  ...\nAssertionError: segment not open\n"
+    exited = subprocess_module.CompletedProcess([], 1, stderr=said)
+    monkeypatch.setattr(check_command.subprocess, "run", lambda *a, **k: exited)
+    result = check_command.run_isolated("nested", ["check", "nested", "--device", "cuda"])
+    (finding,) = result.findings
+    assert "exited 1 with no result" in finding.message
+    assert finding.message.endswith("AssertionError: segment not open")

@@ -122,12 +122,17 @@ def _signal_name(status: int) -> str:
 
 def run_isolated(name: str, argv: Sequence[str]) -> CheckResult:
     """Runs one property in a child; a child killed by a signal (or gone without a result) is a
-    target-bug finding whose message says how the process ended."""
+    target-bug finding whose message says how the process ended and its last line on stderr
+    (the exception that ended it, as a rule)."""
     with tempfile.TemporaryDirectory() as scratch:
         result_file = Path(scratch) / "result.json"
         child = [*argv, "--no-isolate", "--result-file", str(result_file)]
         child[child.index(argv[1])] = name  # the one property, also when asked for all
-        status = subprocess.run([sys.executable, "-m", "verification", *child]).returncode
+        done = subprocess.run(
+            [sys.executable, "-m", "verification", *child], stderr=subprocess.PIPE, text=True
+        )
+        sys.stderr.write(done.stderr or "")
+        status = done.returncode
         if status >= 0 and result_file.exists():
             return _from_json(json.loads(result_file.read_text()))[0]
     what = (
@@ -135,9 +140,10 @@ def run_isolated(name: str, argv: Sequence[str]) -> CheckResult:
         if status < 0
         else f"exited {status} with no result"
     )
-    return CheckResult(
-        name, 0, 0.0, [PropertyFinding(name, TARGET_BUG, f"crash: the check's process {what}")]
-    )
+    last = [line.strip() for line in (done.stderr or "").splitlines() if line.strip()][-1:]
+    said = f"; its last line on stderr: {last[0][:300]}" if last else ""
+    message = f"crash: the check's process {what}{said}"
+    return CheckResult(name, 0, 0.0, [PropertyFinding(name, TARGET_BUG, message)])
 
 
 def main(args: argparse.Namespace, argv: Sequence[str]) -> int:
