@@ -8,6 +8,7 @@ defaults, and how the empty-graph warning is filtered whatever the caller's filt
 
 from __future__ import annotations
 
+import functools
 import gc
 import threading
 import warnings
@@ -21,6 +22,7 @@ from breakable_cudagraph import (
     BreakableGraphRunner,
     eager_break_during_capture,
 )
+from breakable_cudagraph.segments import EagerStep
 
 
 @eager_break_during_capture
@@ -209,3 +211,36 @@ def test_runner_rejects_a_warmup_that_is_not_a_count(bcg_device: str, warmup: ob
 def test_decorator_takes_enable_only_by_keyword(bcg_device: str) -> None:
     with pytest.raises(TypeError):
         eager_break_during_capture(len, False)  # type: ignore[call-overload]
+
+
+def test_pool_memory_ranges_include_the_segment_start_and_exclude_its_end(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a GPU another pool's segment can start exactly where this pool's segment ends; a
+    # tensor there is not pool memory and must be held strongly, not by a non-owning alias.
+    from breakable_cudagraph.arguments import PoolMemory
+
+    pool = (7, 0)
+    segments = [
+        {"address": 4096, "total_size": 2048, "segment_pool_id": pool},
+        {"address": 6144, "total_size": 2048, "segment_pool_id": (0, 0)},
+    ]
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: segments)
+    memory = PoolMemory(pool)
+    assert memory.addresses_in_pool([4095, 4096, 5000, 6143, 6144]) == {4096, 5000, 6143}
+
+
+def test_eager_steps_are_named_by_qualname_else_by_repr(bcg_device: str) -> None:
+    x = torch.ones(2, device=bcg_device)
+    out = torch.empty_like(x)
+    unnamed = functools.partial(copy_into, out)  # a partial has no __qualname__
+    with BreakableCUDAGraphCapture() as capture:
+        copy_into(out, x)
+        capture.add_eager(lambda: None)
+        capture.add_eager_call(unnamed, (x,), {})
+    names = [step.name for step in capture.segments if isinstance(step, EagerStep)]
+    assert names == [
+        "copy_into",
+        "test_eager_steps_are_named_by_qualname_else_by_repr.<locals>.<lambda>",
+        repr(unnamed),
+    ]
