@@ -244,3 +244,51 @@ def test_eager_steps_are_named_by_qualname_else_by_repr(bcg_device: str) -> None
         "test_eager_steps_are_named_by_qualname_else_by_repr.<locals>.<lambda>",
         repr(unnamed),
     ]
+
+
+def test_graph_whose_capture_end_raised_gives_its_pool_back_on_abort(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failed graph is reset by the abort, not left to the garbage collector: the
+    # exception's traceback still references it while the caller handles the error.
+    real_end = torch.cuda.CUDAGraph.capture_end
+
+    def failing_end(self: torch.cuda.CUDAGraph) -> None:
+        real_end(self)
+        raise RuntimeError("capture_end failed")
+
+    x = torch.ones(1 << 16, device=bcg_device)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    reserved = torch.cuda.memory_reserved()
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", failing_end)
+    with pytest.raises(RuntimeError, match="capture_end failed") as info:
+        with BreakableCUDAGraphCapture():
+            x * 2  # pool memory the graph uses; the tensor itself dies at once
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", real_end)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert info.value is not None  # the traceback is alive here
+    assert torch.cuda.memory_reserved() == reserved
+
+
+def test_reset_releases_segments_the_caller_still_holds(bcg_device: str) -> None:
+    # reset() frees the graphs and drops the held arguments even when the caller kept the
+    # segment objects (capture.segments): their memory goes back and they cannot replay.
+    x = torch.ones(1 << 16, device=bcg_device)
+    out = torch.empty_like(x)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    reserved = torch.cuda.memory_reserved()
+    with BreakableCUDAGraphCapture() as capture:
+        copy_into(out, (x * 2).sum().expand_as(x))
+        out.add_(1)
+    steps = capture.segments
+    assert capture.num_graphs == 2 and capture.num_eager_breaks == 1
+    capture.reset()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() == reserved
+    step = next(s for s in steps if isinstance(s, EagerStep))
+    with pytest.raises(RuntimeError, match="released"):
+        step.replay()
