@@ -292,3 +292,24 @@ def test_reset_releases_segments_the_caller_still_holds(bcg_device: str) -> None
     step = next(s for s in steps if isinstance(s, EagerStep))
     with pytest.raises(RuntimeError, match="released"):
         step.replay()
+
+
+@pytest.mark.parametrize("at_capture", ["tensor", "none"])
+def test_break_returning_tensors_at_one_time_only_raises_at_replay(
+    bcg_device: str, at_capture: str
+) -> None:
+    # A break that returned a tensor at capture must return one at replay, and one that
+    # returned None must keep doing so: later graphs read the capture-time result.
+    x = torch.ones(2, device=bcg_device)
+    first = [True]
+
+    @eager_break_during_capture
+    def sometimes_a_tensor(t: torch.Tensor) -> torch.Tensor | None:
+        returns_tensor = first[0] == (at_capture == "tensor")
+        first[0] = False
+        return t * 2 if returns_tensor else None
+
+    with BreakableCUDAGraphCapture() as capture:
+        sometimes_a_tensor(x)
+    with pytest.raises(RuntimeError, match=r"returned \d tensors at replay but \d at capture"):
+        capture.replay()
