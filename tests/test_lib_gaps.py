@@ -313,3 +313,56 @@ def test_break_returning_tensors_at_one_time_only_raises_at_replay(
         sometimes_a_tensor(x)
     with pytest.raises(RuntimeError, match=r"returned \d tensors at replay but \d at capture"):
         capture.replay()
+
+
+def test_runner_takes_fn_by_position_or_keyword_and_its_options_only_by_keyword(
+    bcg_device: str,
+) -> None:
+    assert BreakableGraphRunner(fn=torch.neg).fn is torch.neg
+    with pytest.raises(TypeError):
+        BreakableGraphRunner(torch.neg, 2)  # type: ignore[misc]
+
+
+def test_object_with_a_fields_attribute_that_is_no_tuple_is_a_leaf(bcg_device: str) -> None:
+    # Only tuples with _fields are namedtuples; other objects (ast nodes, records) are held
+    # whole, as any non-container argument.
+    class Record:
+        _fields = ("value",)
+
+        def __init__(self, value: torch.Tensor) -> None:
+            self.value = value
+
+    @eager_break_during_capture
+    def copy_from_record(out: torch.Tensor, record: Record) -> None:
+        out.copy_(record.value)
+
+    x = torch.ones(2, device=bcg_device)
+    out = torch.empty_like(x)
+    with BreakableCUDAGraphCapture() as capture:
+        copy_from_record(out, Record(x))
+    x.fill_(5)
+    capture.replay()
+    assert torch.equal(out, x)
+
+
+def test_break_returning_its_result_in_another_layout_at_replay_is_copied_not_kept(
+    bcg_device: str,
+) -> None:
+    # The same memory in another layout is not the capture-time result: the library copies
+    # it back. On a GPU torch refuses that copy (the two overlap); the simulator makes it.
+    square = torch.arange(4.0, device=bcg_device).reshape(2, 2)
+    calls = [0]
+
+    @eager_break_during_capture
+    def square_or_transposed() -> torch.Tensor:
+        calls[0] += 1
+        return square if calls[0] == 1 else square.t()
+
+    with BreakableCUDAGraphCapture() as capture:
+        square_or_transposed()
+    try:
+        capture.replay()
+    except RuntimeError as error:
+        assert "single memory location" in str(error)
+    else:  # the simulator's overlapping copy gives order-dependent values, but not these
+        assert not torch.equal(square, torch.arange(4.0, device=bcg_device).reshape(2, 2))
