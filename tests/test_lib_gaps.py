@@ -8,6 +8,7 @@ defaults, and how the empty-graph warning is filtered whatever the caller's filt
 
 from __future__ import annotations
 
+import functools
 import gc
 import threading
 import warnings
@@ -21,6 +22,7 @@ from breakable_cudagraph import (
     BreakableGraphRunner,
     eager_break_during_capture,
 )
+from breakable_cudagraph.segments import EagerStep
 
 
 @eager_break_during_capture
@@ -209,3 +211,158 @@ def test_runner_rejects_a_warmup_that_is_not_a_count(bcg_device: str, warmup: ob
 def test_decorator_takes_enable_only_by_keyword(bcg_device: str) -> None:
     with pytest.raises(TypeError):
         eager_break_during_capture(len, False)  # type: ignore[call-overload]
+
+
+def test_pool_memory_ranges_include_the_segment_start_and_exclude_its_end(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a GPU another pool's segment can start exactly where this pool's segment ends; a
+    # tensor there is not pool memory and must be held strongly, not by a non-owning alias.
+    from breakable_cudagraph.arguments import PoolMemory
+
+    pool = (7, 0)
+    segments = [
+        {"address": 4096, "total_size": 2048, "segment_pool_id": pool},
+        {"address": 6144, "total_size": 2048, "segment_pool_id": (0, 0)},
+    ]
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: segments)
+    memory = PoolMemory(pool)
+    assert memory.addresses_in_pool([4095, 4096, 5000, 6143, 6144]) == {4096, 5000, 6143}
+
+
+def test_eager_steps_are_named_by_qualname_else_by_repr(bcg_device: str) -> None:
+    x = torch.ones(2, device=bcg_device)
+    out = torch.empty_like(x)
+    unnamed = functools.partial(copy_into, out)  # a partial has no __qualname__
+    with BreakableCUDAGraphCapture() as capture:
+        copy_into(out, x)
+        capture.add_eager(lambda: None)
+        capture.add_eager_call(unnamed, (x,), {})
+    names = [step.name for step in capture.segments if isinstance(step, EagerStep)]
+    assert names == [
+        "copy_into",
+        "test_eager_steps_are_named_by_qualname_else_by_repr.<locals>.<lambda>",
+        repr(unnamed),
+    ]
+
+
+def test_graph_whose_capture_end_raised_gives_its_pool_back_on_abort(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failed graph is reset by the abort, not left to the garbage collector: the
+    # exception's traceback still references it while the caller handles the error.
+    real_end = torch.cuda.CUDAGraph.capture_end
+
+    def failing_end(self: torch.cuda.CUDAGraph) -> None:
+        real_end(self)
+        raise RuntimeError("capture_end failed")
+
+    x = torch.ones(1 << 16, device=bcg_device)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    reserved = torch.cuda.memory_reserved()
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", failing_end)
+    with pytest.raises(RuntimeError, match="capture_end failed") as info:
+        with BreakableCUDAGraphCapture():
+            x * 2  # pool memory the graph uses; the tensor itself dies at once
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", real_end)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert info.value is not None  # the traceback is alive here
+    assert torch.cuda.memory_reserved() == reserved
+
+
+def test_reset_releases_segments_the_caller_still_holds(bcg_device: str) -> None:
+    # reset() frees the graphs and drops the held arguments even when the caller kept the
+    # segment objects (capture.segments): their memory goes back and they cannot replay.
+    x = torch.ones(1 << 16, device=bcg_device)
+    out = torch.empty_like(x)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    reserved = torch.cuda.memory_reserved()
+    with BreakableCUDAGraphCapture() as capture:
+        copy_into(out, (x * 2).sum().expand_as(x))
+        out.add_(1)
+    steps = capture.segments
+    assert capture.num_graphs == 2 and capture.num_eager_breaks == 1
+    capture.reset()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() == reserved
+    step = next(s for s in steps if isinstance(s, EagerStep))
+    with pytest.raises(RuntimeError, match="released"):
+        step.replay()
+
+
+@pytest.mark.parametrize("at_capture", ["tensor", "none"])
+def test_break_returning_tensors_at_one_time_only_raises_at_replay(
+    bcg_device: str, at_capture: str
+) -> None:
+    # A break that returned a tensor at capture must return one at replay, and one that
+    # returned None must keep doing so: later graphs read the capture-time result.
+    x = torch.ones(2, device=bcg_device)
+    first = [True]
+
+    @eager_break_during_capture
+    def sometimes_a_tensor(t: torch.Tensor) -> torch.Tensor | None:
+        returns_tensor = first[0] == (at_capture == "tensor")
+        first[0] = False
+        return t * 2 if returns_tensor else None
+
+    with BreakableCUDAGraphCapture() as capture:
+        sometimes_a_tensor(x)
+    with pytest.raises(RuntimeError, match=r"returned \d tensors at replay but \d at capture"):
+        capture.replay()
+
+
+def test_runner_takes_fn_by_position_or_keyword_and_its_options_only_by_keyword(
+    bcg_device: str,
+) -> None:
+    assert BreakableGraphRunner(fn=torch.neg).fn is torch.neg
+    with pytest.raises(TypeError):
+        BreakableGraphRunner(torch.neg, 2)  # type: ignore[misc]
+
+
+def test_object_with_a_fields_attribute_that_is_no_tuple_is_a_leaf(bcg_device: str) -> None:
+    # Only tuples with _fields are namedtuples; other objects (ast nodes, records) are held
+    # whole, as any non-container argument.
+    class Record:
+        _fields = ("value",)
+
+        def __init__(self, value: torch.Tensor) -> None:
+            self.value = value
+
+    @eager_break_during_capture
+    def copy_from_record(out: torch.Tensor, record: Record) -> None:
+        out.copy_(record.value)
+
+    x = torch.ones(2, device=bcg_device)
+    out = torch.empty_like(x)
+    with BreakableCUDAGraphCapture() as capture:
+        copy_from_record(out, Record(x))
+    x.fill_(5)
+    capture.replay()
+    assert torch.equal(out, x)
+
+
+def test_break_returning_its_result_in_another_layout_at_replay_is_copied_not_kept(
+    bcg_device: str,
+) -> None:
+    # The same memory in another layout is not the capture-time result: the library copies
+    # it back. On a GPU torch refuses that copy (the two overlap); the simulator makes it.
+    square = torch.arange(4.0, device=bcg_device).reshape(2, 2)
+    calls = [0]
+
+    @eager_break_during_capture
+    def square_or_transposed() -> torch.Tensor:
+        calls[0] += 1
+        return square if calls[0] == 1 else square.t()
+
+    with BreakableCUDAGraphCapture() as capture:
+        square_or_transposed()
+    try:
+        capture.replay()
+    except RuntimeError as error:
+        assert "single memory location" in str(error)
+    else:  # the simulator's overlapping copy gives order-dependent values, but not these
+        assert not torch.equal(square, torch.arange(4.0, device=bcg_device).reshape(2, 2))

@@ -102,6 +102,34 @@ def test_mutate_on_a_target_without_source_says_one_line_and_exits_2(
     assert err.startswith("error: ") and err.count("\n") == 1
 
 
+BROKEN_TARGETS = {
+    "raising_pkg": ("raising_pkg/__init__.py", 'raise RuntimeError("broken\\nat import")\n'),
+    "raising_pkg.sub": ("raising_pkg/sub.py", "x = 1\n"),  # its parent package raises
+    "missing_dep": (
+        "missing_dep.py",
+        "import no_such_dependency_xyz\n\ndef f(x):\n    return x > 0\n",
+    ),
+    "exiting_mod": ("exiting_mod.py", "import sys\n\nsys.exit(3)\n"),
+}
+
+
+@pytest.mark.parametrize("target", sorted(BROKEN_TARGETS))
+def test_mutate_on_a_target_that_does_not_import_says_one_line_and_exits_2(
+    target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Found but not importable: without this every mutant would "die" of the import error.
+    for path, text in BROKEN_TARGETS.values():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["mutate", "--target", target, "--device", "sim", "--unit-tests", "true"]
+    assert main([*argv, "--no-harness"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith(f"error: target module {target!r} cannot be imported")
+    assert err.count("\n") == 1
+
+
 def test_harness_stages_are_fuzz_plus_check_all_when_properties_exist() -> None:
     names = [stage.name for stage in build_stages(None)]
     has_properties = importlib.util.find_spec("verification.properties") is not None

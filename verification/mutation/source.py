@@ -7,6 +7,7 @@ file, or every ``.py`` file of its package) and which directory goes first on ``
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import shutil
 from dataclasses import dataclass
@@ -39,12 +40,19 @@ class TargetSource:
         return scratch
 
 
+def _one_line(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or "no message"
+    return f"{type(error).__name__}: {text}"
+
+
 def find_source(name: str) -> TargetSource:
     """Locates ``name``'s Python source; a usage error if it does not import or has none."""
     try:
         spec = importlib.util.find_spec(name)
-    except (ImportError, ValueError) as error:
-        raise UsageError(f"target module {name!r} cannot be imported ({error})") from None
+    except Exception as error:  # a parent package that raises on import raises anything
+        raise UsageError(
+            f"target module {name!r} cannot be imported ({_one_line(error)})"
+        ) from None
     if spec is None:
         raise UsageError(f"target module {name!r} cannot be imported; install it or fix --target")
     origin = Path(spec.origin) if spec.origin and spec.has_location else None
@@ -52,6 +60,12 @@ def find_source(name: str) -> TargetSource:
         raise UsageError(
             f"target module {name!r} has no Python source to mutate (found {spec.origin!r})"
         )
+    try:  # found is not enough: every mutant would "die" of the target's own import error
+        importlib.import_module(name)
+    except (Exception, SystemExit) as error:
+        raise UsageError(
+            f"target module {name!r} cannot be imported ({_one_line(error)})"
+        ) from None
     depth = name.count(".") + (1 if spec.submodule_search_locations is not None else 0)
     root = origin.parents[depth]
     top_path = origin.relative_to(root).parts[0]
