@@ -16,3 +16,15 @@ def test_library_refuses_nested_captures_and_runs_nested_breaks_inline(bcg_kind,
 @pytest.mark.parametrize("bug", ["nested_capture_let_through", "nested_break_recorded_twice"])
 def test_planted_nesting_bug_is_found(bcg_kind, tmp_path, bug):
     assert failing(check("nested", bug, bcg_kind, tmp_path))
+
+
+def test_a_nested_decorated_op_that_crashes_the_capture_is_a_finding(bcg_kind, bcg_device):
+    # The PyPI peer's nested-op AssertionError used to escape the check and kill it.
+    from tests.vllm_minimal import build
+    from verification.properties.base import CheckConfig
+    from verification.properties.nested import _nested_decorated_problem
+    from verification.targets import load_target
+
+    config = CheckConfig(load_target(build("nested_call_crashes")), bcg_kind, bcg_device, 1)
+    problem = _nested_decorated_problem(config)
+    assert problem is not None and "failed the capture" in problem

@@ -16,3 +16,33 @@ def test_eager_steps_on_an_unordered_side_stream_are_found_every_time(bcg_kind, 
     for _ in range(2):
         findings = failing(check("stream-order", "unordered_side_stream", bcg_kind, tmp_path))
         assert findings
+
+
+def test_a_target_that_raises_is_a_finding_not_a_crashed_check(bcg_kind, bcg_device):
+    # The PyPI peer refuses breaks that return a tensor; on the H200 that killed the check.
+    import types
+
+    import breakable_cudagraph
+    from verification.properties import stream_order
+    from verification.properties.base import CheckConfig
+    from verification.targets import load_target
+
+    def refusing(fn):
+        def wrapper(*args, **kwargs):
+            if breakable_cudagraph.BreakableCUDAGraphCapture.current() is not None:
+                raise RuntimeError("refused")
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    target = types.SimpleNamespace(
+        __name__="refusing",
+        BreakableCUDAGraphCapture=breakable_cudagraph.BreakableCUDAGraphCapture,
+        eager_break_during_capture=refusing,
+    )
+    config = CheckConfig(load_target(target), bcg_kind, bcg_device, examples=2)
+    (finding,) = stream_order.check(config).findings
+    assert (
+        finding.kind == "target-bug"
+        and "the target raised RuntimeError('refused')" in finding.message
+    )

@@ -108,14 +108,17 @@ def _amplified_problem(program: Program, config: CheckConfig) -> str | None:
 
 
 def _judged(config: CheckConfig, problem_of: Any, *args: Any) -> str | None:
-    """``problem_of(*args, config)`` under race detection; a detected race is the problem."""
+    """``problem_of(*args, config)`` under race detection; a detected race is the problem, and
+    so is the target raising (as the fuzzer's oracle counts it), rather than a crashed check."""
     with race_detection(config.kind) as race_error:
         try:
             return problem_of(*args, config)
+        except RaceDetectorMissing:
+            raise
         except Exception as error:
             if race_error is not None and isinstance(error, race_error):
                 return f"stream race: {error}"
-            raise
+            return f"the target raised {error!r}"
 
 
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
