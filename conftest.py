@@ -3,8 +3,10 @@
 Installed, the project registers the plugin through its ``pytest11`` entry point; run from
 a checkout (``PYTHONPATH=.``) it is loaded here instead, never twice. The suite asks for the
 ``bcg-ci`` profile in pyproject's ``bcg_profile``; ``gpu_only`` is the old name of ``gpu``.
-Tests marked ``long`` are collected first: xdist hands tests out in collection order, and a
-minutes-long test handed out last would run alone after every other test had finished.
+Tests marked ``long`` (minutes each, in a child process) are spread evenly through the
+collection: xdist's ``worksteal`` scheduler (pyproject's addopts) gives each worker a
+contiguous run of it, so they start early and on different workers, instead of one worker
+running them back to back while the others idle.
 """
 
 import sys
@@ -21,4 +23,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("gpu_only"):
             item.add_marker(pytest.mark.gpu)
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    long = [item for item in items if item.get_closest_marker("long")]
+    rest = [item for item in items if not item.get_closest_marker("long")]
+    step = len(items) // max(len(long), 1)
+    for index, item in enumerate(long):
+        rest.insert(index * step, item)
+    items[:] = rest
