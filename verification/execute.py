@@ -85,17 +85,26 @@ def run_steps(
     table: Mapping[str, OpSpec],
     callables: Sequence[Callable[..., Any]],
     inputs: Sequence[torch.Tensor],
+    hook: Callable[[int, dict[int, torch.Tensor]], None] | None = None,
 ) -> list[torch.Tensor]:
-    """Runs the steps on ``inputs`` and returns the output values, dropping dead values."""
+    """Runs the steps on ``inputs`` and returns the output values, dropping dead values.
+
+    ``hook(step index, live values)``, if given, is called before each step and once more
+    (index ``len(steps)``) after the last (the property checks inject faults and sleeps there).
+    """
     env: dict[int, torch.Tensor] = dict(enumerate(inputs))
     next_value = len(inputs)
-    for step, fn in zip(program.steps, callables):
+    for index, (step, fn) in enumerate(zip(program.steps, callables)):
+        if hook is not None:
+            hook(index, env)
         result = fn(*(env[a] for a in step.args), **step.kwargs)
         if produces_value(table[step.op]):
             env[next_value] = result
             next_value += 1
         for value in step.drop:
             del env[value]
+    if hook is not None:
+        hook(len(program.steps), env)
     return [env[v] for v in program.outputs]
 
 

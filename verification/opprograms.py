@@ -29,7 +29,7 @@ from verification.opspec import (
     resolve_bound,
     resolve_shape,
 )
-from verification.programs import Program, Step, default_ops, op_table, programs
+from verification.programs import Program, Step, default_ops, op_table, programs, with_drops
 
 POSITIONS = ("first", "last", "adjacent", "nested", "middle")
 # make_inputs draws signed integers from [-8, 8): 16 distinct values before any producer.
@@ -293,19 +293,6 @@ def _call_chain(
     return Program(tuple(metas), tuple(steps), tuple(outputs))
 
 
-def _with_drops(steps: list[Step], outputs: Sequence[int]) -> tuple[Step, ...]:
-    """Marks each value dead right after its last use (never outputs)."""
-    last_use = {v: i for i, s in enumerate(steps) for v in s.args}
-    dying: dict[int, list[int]] = {}
-    for value, index in last_use.items():
-        if value not in outputs:
-            dying.setdefault(index, []).append(value)
-    return tuple(
-        Step(s.op, s.args, s.params, s.brk, tuple(sorted(dying.get(i, ()))))
-        for i, s in enumerate(steps)
-    )
-
-
 def splice(
     base: Program, chains: Sequence[tuple[int, Program]], table: dict[str, OpSpec]
 ) -> Program:
@@ -341,7 +328,7 @@ def splice(
             emit(base.steps[position], base_map)
     outputs = [base_map[v] for v in base.outputs] + outputs
     unique = tuple(dict.fromkeys(outputs))
-    return Program(tuple(inputs), _with_drops(steps, unique), unique)
+    return Program(tuple(inputs), with_drops(steps, unique), unique)
 
 
 def op_catalog(users: Sequence[UserOp], catalog: Sequence[OpSpec] | None = None) -> list[OpSpec]:

@@ -229,7 +229,7 @@ def _inputs(draw: st.DrawFn, dtypes: Sequence[torch.dtype]) -> tuple[TensorMeta,
     return tuple(metas)
 
 
-def _with_drops(steps: list[Step], outputs: tuple[int, ...], num_values: int) -> tuple[Step, ...]:
+def with_drops(steps: Sequence[Step], outputs: Sequence[int]) -> tuple[Step, ...]:
     """Marks each value dead right after its last use (never outputs)."""
     last_use: dict[int, int] = {}
     for index, step in enumerate(steps):
@@ -372,7 +372,7 @@ def _with_static_buffers(
 
     renumbered = [Step(s.op, tuple(map(number, s.args)), s.params, s.brk) for s in steps]
     final_outputs = tuple(map(number, outputs))
-    return Program((*inputs, *static), _with_drops(renumbered, final_outputs, 0), final_outputs)
+    return Program((*inputs, *static), with_drops(renumbered, final_outputs), final_outputs)
 
 
 def value_metas(program: Program, ops: Sequence[OpSpec] | None = None) -> list[TensorMeta]:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.execute import run_steps
 from verification.ops.spec import TensorMeta
 from verification.programs import Program, Step, make_inputs, op_table
 from verification.properties.base import (
@@ -34,7 +35,6 @@ from verification.properties.memory import ArgumentWatch, held_bytes, scribble_f
 from verification.properties.runs import (
     ProgramRun,
     graph_pool_bytes,
-    run_steps_with_hook,
     settle,
 )
 
@@ -85,11 +85,11 @@ def _one_graph_pool_bytes(program: Program, config: CheckConfig) -> int:
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        run_steps_with_hook(program, table, callables, static)
+        run_steps(program, table, callables, static)
         before = graph_pool_bytes()
         graph.capture_begin(pool=torch.cuda.graph_pool_handle())
         try:
-            outputs = run_steps_with_hook(program, table, callables, static)
+            outputs = run_steps(program, table, callables, static)
         finally:
             graph.capture_end()
         used = graph_pool_bytes() - before

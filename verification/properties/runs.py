@@ -14,40 +14,15 @@ from typing import Any
 
 import torch
 
-from verification.execute import BreakLog, run_eager, seed_rng, step_callables
+from verification.execute import BreakLog, run_eager, run_steps, seed_rng, step_callables
 from verification.ops.spec import OpSpec
 from verification.oracle import compare, program_tolerance
-from verification.programs import Program, make_inputs, op_table, produces_value
+from verification.programs import Program, make_inputs, op_table
 from verification.targets import Target
 
 Hook = Callable[[int, dict[int, torch.Tensor]], None]
 Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 DEFAULT_POOL = (0, 0)
-
-
-def run_steps_with_hook(
-    program: Program,
-    table: Mapping[str, OpSpec],
-    callables: Sequence[Callable[..., Any]],
-    inputs: Sequence[torch.Tensor],
-    hook: Hook | None = None,
-) -> list[torch.Tensor]:
-    """``execute.run_steps`` with ``hook(step index, live values)`` called before each step
-    and once more (index ``len(steps)``) after the last."""
-    env: dict[int, torch.Tensor] = dict(enumerate(inputs))
-    next_value = len(inputs)
-    for index, (step, fn) in enumerate(zip(program.steps, callables)):
-        if hook is not None:
-            hook(index, env)
-        result = fn(*(env[a] for a in step.args), **step.kwargs)
-        if produces_value(table[step.op]):
-            env[next_value] = result
-            next_value += 1
-        for value in step.drop:
-            del env[value]
-    if hook is not None:
-        hook(len(program.steps), env)
-    return [env[v] for v in program.outputs]
 
 
 class ProgramRun:
@@ -92,12 +67,12 @@ class ProgramRun:
         try:
             with torch.cuda.stream(side):
                 self._seed(seed)
-                run_steps_with_hook(program, self.table, self.callables, self.static_inputs)
+                run_steps(program, self.table, self.callables, self.static_inputs)
                 self.log.take()
                 self.capture = target.BreakableCUDAGraphCapture(**kwargs)
                 self._seed(seed)
                 with self.capture:
-                    self.outputs = run_steps_with_hook(
+                    self.outputs = run_steps(
                         program, self.table, self.callables, self.static_inputs, hook
                     )
         finally:
