@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves
 
 from verification.sim import state
 
@@ -86,11 +85,12 @@ def ran_eagerly(func: Any, warm: set[str]) -> None:
 COLD_KERNEL_DTYPES = frozenset({torch.bfloat16, torch.int8, torch.int32, torch.bool})
 
 
-def kernel_key(func: Any, args: tuple, kwargs: dict) -> tuple[Any, ...] | None:
-    """The kernel a pointwise op launches, if its first use inside a capture can fail."""
+def kernel_key(func: Any, leaves: list[Any]) -> tuple[Any, ...] | None:
+    """The kernel a pointwise op launches, if its first use inside a capture can fail;
+    ``leaves`` are the call's flattened arguments, which dispatch already has."""
     if torch.Tag.pointwise not in func.tags:
         return None
-    dtypes = {t.dtype for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+    dtypes = {t.dtype for t in leaves if isinstance(t, torch.Tensor)}
     if dtypes.isdisjoint(COLD_KERNEL_DTYPES):
         return None
     return (func, *sorted(map(str, dtypes)))

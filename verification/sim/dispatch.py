@@ -379,7 +379,7 @@ def run_on_device(
         if checked:
             leaves = [_bake(x) for x in leaves]
         if session.strict_warmup:
-            key = capture_rules.kernel_key(func, args, kwargs)
+            key = capture_rules.kernel_key(func, leaves)
             if key is not None and key not in session.warm_kernels:
                 capture.invalidate()  # the op is issued; the H200 fails capture_end
         if info.recorded_from_layouts:
@@ -397,7 +397,7 @@ def run_on_device(
             session.check_unsafe_call()  # the host waits for the device: a sync
         if func in _RULED:
             capture_rules.ran_eagerly(func, session.warm_libraries)
-        if session.strict_warmup and (key := capture_rules.kernel_key(func, args, kwargs)):
+        if session.strict_warmup and (key := capture_rules.kernel_key(func, leaves)):
             session.warm_kernels.add(key)
         if info.random:
             if session.rng.capturing:
