@@ -20,7 +20,7 @@ import torch
 
 from . import thread_state
 from .arguments import PoolMemory, hold_call_arguments, hold_for_replay
-from .segments import EagerStep, GraphSegment, end_graph
+from .segments import EagerStep, GraphSegment, copy_result_back, end_graph
 from .switch import graphs_disabled
 from .trees import tensor_leaves
 
@@ -126,8 +126,9 @@ class BreakableCUDAGraphCapture:
         self._requested_stream = stream
         self._state = _State.NEW
         self._segments: list[GraphSegment | EagerStep] = []
-        # What replay() calls, bound once when the capture closes: one Python call per step.
-        self._replay_calls: list[Callable[[], None]] = []
+        # What replay() calls, bound once when the capture closes: per segment, the call and
+        # the eager step whose result it must check (None for a graph).
+        self._replay_plan: list[tuple[Callable[[], Any], EagerStep | None]] = []
         # Empty graphs are kept until the capture closes: resetting one mid-capture could drop
         # the pool's last user while the pool still has live allocations.
         self._empty_graphs: list[torch.cuda.CUDAGraph] = []
@@ -233,8 +234,9 @@ class BreakableCUDAGraphCapture:
         thread_state.set_active_capture(None)
         self._state = _State.CAPTURED
         self._settle_empty_graphs()
-        self._replay_calls = [
-            s.graph.replay if isinstance(s, GraphSegment) else s.replay for s in self._segments
+        self._replay_plan = [
+            (s.graph.replay, None) if isinstance(s, GraphSegment) else (s.call, s)
+            for s in self._segments
         ]
         return False
 
@@ -343,8 +345,16 @@ class BreakableCUDAGraphCapture:
             raise RuntimeError(
                 f"cannot replay this BreakableCUDAGraphCapture: {_REPLAY_REFUSALS[self._state]}"
             )
-        for call in self._replay_calls:
-            call()
+        # One eager-step mark for the whole chain rather than one per step: graph launches run
+        # no Python, and marking each step cost more than the rest of a break's replay (#9).
+        thread_state.enter_eager_step()
+        try:
+            for call, step in self._replay_plan:
+                result = call()
+                if step is not None and (result is not None or step.returns_tensors):
+                    copy_result_back(step.name, step.static_result, result)
+        finally:
+            thread_state.exit_eager_step()
 
     def reset(self) -> None:
         """Free the graphs and drop every held reference; the capture can no longer replay."""
@@ -401,7 +411,7 @@ class BreakableCUDAGraphCapture:
         for graph in self._empty_graphs:
             graph.reset()
         self._segments.clear()
-        self._replay_calls.clear()
+        self._replay_plan.clear()
         self._empty_graphs.clear()
         self._eager_step_error = None
 

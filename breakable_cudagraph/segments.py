@@ -108,7 +108,7 @@ class EagerStep:
         self.static_result = static_result
         # Most breaks write into buffers and return None; for them replay skips walking the
         # result, which would cost more than the call itself (issue #9).
-        self._returns_tensors = static_result is not None and bool(tensor_leaves(static_result))
+        self.returns_tensors = static_result is not None and bool(tensor_leaves(static_result))
 
     def replay(self) -> None:
         call = self.call
@@ -119,13 +119,13 @@ class EagerStep:
             result = call()
         finally:
             exit_eager_step()
-        if result is not None or self._returns_tensors:
+        if result is not None or self.returns_tensors:
             copy_result_back(self.name, self.static_result, result)
 
     def release(self) -> None:
         self.call = None
         self.static_result = None
-        self._returns_tensors = False
+        self.returns_tensors = False
 
     def __repr__(self) -> str:
         return f"EagerStep({self.name})"

@@ -8,8 +8,6 @@ The eager-step depth lets a decorated call made from inside an eager step run in
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 _state = threading.local()
@@ -41,11 +39,3 @@ def enter_eager_step() -> None:
 def exit_eager_step() -> None:
     _state.eager_depth -= 1
 
-
-@contextmanager
-def eager_step_running() -> Iterator[None]:
-    enter_eager_step()
-    try:
-        yield
-    finally:
-        exit_eager_step()
