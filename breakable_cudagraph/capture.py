@@ -126,8 +126,10 @@ class BreakableCUDAGraphCapture:
         self._requested_stream = stream
         self._state = _State.NEW
         self._segments: list[GraphSegment | EagerStep] = []
-        # What replay() calls, bound once when the capture closes: per segment, the call and
-        # the eager step whose result it must check (None for a graph).
+        # What replay() calls, bound once when the capture closes: the first graph's launch,
+        # if the chain starts with a graph, then per segment the call and the eager step
+        # whose result it must check (None for a graph).
+        self._replay_head: Callable[[], None] | None = None
         self._replay_plan: list[tuple[Callable[[], Any], EagerStep | None]] = []
         # Empty graphs are kept until the capture closes: resetting one mid-capture could drop
         # the pool's last user while the pool still has live allocations.
@@ -234,10 +236,13 @@ class BreakableCUDAGraphCapture:
         thread_state.set_active_capture(None)
         self._state = _State.CAPTURED
         self._settle_empty_graphs()
-        self._replay_plan = [
+        plan = [
             (s.graph.replay, None) if isinstance(s, GraphSegment) else (s.call, s)
             for s in self._segments
         ]
+        if plan and plan[0][1] is None:
+            self._replay_head = plan.pop(0)[0]
+        self._replay_plan = plan
         return False
 
     # ---- breaks ------------------------------------------------------------------------------
@@ -345,8 +350,15 @@ class BreakableCUDAGraphCapture:
             raise RuntimeError(
                 f"cannot replay this BreakableCUDAGraphCapture: {_REPLAY_REFUSALS[self._state]}"
             )
-        # One eager-step mark for the whole chain rather than one per step: graph launches run
-        # no Python, and marking each step cost more than the rest of a break's replay (#9).
+        # The first graph is launched before any bookkeeping, so the GPU starts as early as
+        # with a bare list of launches; then one eager-step mark covers the rest of the chain
+        # rather than one mark per step: graph launches run no Python, and marking each step
+        # cost more than the rest of a break's replay (issue #9).
+        head = self._replay_head
+        if head is not None:
+            head()
+        if not self._replay_plan:
+            return
         thread_state.enter_eager_step()
         try:
             for call, step in self._replay_plan:
@@ -411,6 +423,7 @@ class BreakableCUDAGraphCapture:
         for graph in self._empty_graphs:
             graph.reset()
         self._segments.clear()
+        self._replay_head = None
         self._replay_plan.clear()
         self._empty_graphs.clear()
         self._eager_step_error = None

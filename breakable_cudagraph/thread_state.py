@@ -38,4 +38,3 @@ def enter_eager_step() -> None:
 
 def exit_eager_step() -> None:
     _state.eager_depth -= 1
-
