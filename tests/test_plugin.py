@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 
 import pytest
 import torch
@@ -22,7 +23,9 @@ def _plugin_args() -> list[str]:
     # Installed (CI's editable install too), the entry point loads the plugin; from a bare
     # checkout it must be named, and naming it when installed would register it twice.
     eps = importlib.metadata.entry_points(group="pytest11")
-    return [] if any(ep.name == "bcg" for ep in eps) else ["-p", "verification.plugin"]
+    return (
+        [] if any(ep.name == "bcg" for ep in eps) else ["-p", "breakable_cudagraph._pytest_plugin"]
+    )
 
 
 @pytest.fixture
@@ -218,3 +221,20 @@ def test_union_of_shards_is_the_unsharded_run(host, monkeypatch):
     assert sum(examples for _, _, examples in whole) == 110
     assert len(whole) == 5 and all(shards)
     assert sorted(c for shard in shards for c in shard) == sorted(whole)  # disjoint, complete
+
+
+def test_host_package_named_verification_leaves_the_plugin_inactive_not_broken(host, monkeypatch):
+    # The harness's package name is generic; a host package of that name first on sys.path
+    # must not fail the host's every pytest run, and the warning says what is in the way.
+    shadow = host.path / "shadow" / "verification"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")])
+    )
+    host.makepyfile("def test_nothing(): pass")
+    result = _run(host)
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.OK, output
+    assert "No module named" not in output
+    assert f"bcg plugin inactive: the package 'verification' at {shadow}" in output, output
