@@ -25,7 +25,13 @@ import torch
 from verification.shard import Shard
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("pyproject.toml", "README.md", "breakable_cudagraph", "verification")
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "bcg_pytest_plugin.py",
+    "breakable_cudagraph",
+    "verification",
+)
 
 ENGINE_CONFTEST = """
 from hypothesis import settings

@@ -23,9 +23,7 @@ def _plugin_args() -> list[str]:
     # Installed (CI's editable install too), the entry point loads the plugin; from a bare
     # checkout it must be named, and naming it when installed would register it twice.
     eps = importlib.metadata.entry_points(group="pytest11")
-    return (
-        [] if any(ep.name == "bcg" for ep in eps) else ["-p", "breakable_cudagraph._pytest_plugin"]
-    )
+    return [] if any(ep.name == "bcg" for ep in eps) else ["-p", "bcg_pytest_plugin"]
 
 
 @pytest.fixture
