@@ -375,3 +375,23 @@ def test_break_returning_its_result_in_another_layout_at_replay_is_copied_not_ke
         assert "single memory location" in str(error)
     else:  # the simulator's overlapping copy gives order-dependent values, but not these
         assert not torch.equal(square, torch.arange(4.0, device=bcg_device).reshape(2, 2))
+
+
+def test_chain_opening_with_a_break_replays_its_fresh_result_into_the_graph_after_it(
+    bcg_device: str,
+) -> None:
+    # Replay binds the first graph's launch ahead of the rest of the chain; a chain that opens
+    # with an eager step must still have that step's result checked and copied back.
+    x = torch.ones(4, device=bcg_device)
+
+    @eager_break_during_capture
+    def doubled(t: torch.Tensor) -> torch.Tensor:
+        return t * 2
+
+    with BreakableCUDAGraphCapture() as capture:
+        y = doubled(x)
+        out = y + 1
+    assert (capture.num_eager_breaks, capture.num_graphs) == (1, 1)
+    x.fill_(5.0)
+    capture.replay()
+    assert torch.equal(out, torch.full_like(x, 11.0))
