@@ -150,9 +150,10 @@ def _pop_thread_mode() -> None:
 
 
 def _warm_imports() -> None:
-    # torch wraps every dispatch-mode call in a dynamo guard that imports torch._dynamo
-    # (sympy, torch.distributed: seconds) on the first op; pay it here, at entry, so it
-    # never lands inside whatever the first op is timed or profiled with.
+    # torch's Python meta kernels (elementwise type promotion, which the simulator runs for
+    # output layouts) are wrapped in a dynamo guard that imports torch._dynamo (sympy,
+    # torch.distributed: seconds) on first use; pay it here, at entry, so it never lands
+    # inside whatever the first op is timed or profiled with.
     import torch._dynamo  # noqa: F401
 
 
