@@ -71,10 +71,7 @@ class OpInfo:
     # Capture needs only the arguments' layouts (no rule reads their values, no ``out=``
     # resize, nothing executes), so it can skip host views: see ``_record_from_layouts``.
     recorded_from_layouts: bool
-
-    @property
-    def has_fresh(self) -> bool:
-        return any(a is None for a in self.return_aliases)
+    has_fresh: bool  # some return is a fresh tensor
 
 
 _infos: dict[Any, OpInfo] = {}
@@ -110,6 +107,7 @@ def op_info(func: Any) -> OpInfo:
         out_args=out_args,
         random=torch.Tag.nondeterministic_seeded in func.tags,
         single_return=len(aliases) == 1,
+        has_fresh=any(a is None for a in aliases),
         recorded_from_layouts=not (
             metadata_only
             or illegal
@@ -150,7 +148,8 @@ def _rehome(t: Any, session: Any, copy: bool) -> Any:
         # torch calls on every eager device op.
         ctypes.memmove(block.address, storage.data_ptr(), nbytes)
     out = _block_tensor(block, t)
-    out.requires_grad_(t.requires_grad)
+    if t.requires_grad:  # a fresh tensor does not
+        out.requires_grad_()
     return out
 
 
