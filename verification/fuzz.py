@@ -222,14 +222,15 @@ def run_campaign(
     counter = [0]
     coverage: dict[str, Counter[str]] = {k: Counter() for k in COVERAGE_KEYS}
     start = time.perf_counter()
-    # Capture paths that call gc.collect (torch.cuda.graph does, per segment) would walk
-    # the whole heap of torch and hypothesis each time; frozen objects are skipped.
-    gc.freeze()
-    try:
-        with device_context(kind) as device:
+    with device_context(kind) as device:
+        # Capture paths that call gc.collect (torch.cuda.graph does, per segment) would walk
+        # the whole heap of torch and hypothesis each time; frozen objects are skipped.
+        # Frozen once the device is set up, so that what it imported is skipped too.
+        gc.freeze()
+        try:
             finding = _search(config, target, device, counter, coverage, progress)
-    finally:
-        gc.unfreeze()
+        finally:
+            gc.unfreeze()
     result = CampaignResult(target.name, kind, counter[0], time.perf_counter() - start)
     result.coverage = {k: dict(sorted(c.items())) for k, c in coverage.items()}
     if finding is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,10 +154,24 @@ def break_step_allowed(spec: OpSpec, allow_tensor_returns: bool) -> bool:
 def _fits(spec: OpSpec, metas: Sequence[TensorMeta]) -> bool:
     # Applicability is judged before params are drawn; an infer that needs its params
     # cannot judge yet, so the step is checked again once params exist.
-    try:
-        return spec.infer(metas, {}) is not None
-    except (KeyError, TypeError, IndexError):
-        return True
+    # ``infer`` is a pure function of its metas, and every step of a draw asks again about
+    # the argument tuples of the steps before it, so answers are kept (by function: two
+    # catalogs may give different ops one name).
+    key = (spec.infer, tuple(metas))
+    fits = _fits_cache.get(key)
+    if fits is None:
+        try:
+            fits = spec.infer(metas, {}) is not None
+        except (KeyError, TypeError, IndexError):
+            fits = True
+        if len(_fits_cache) >= _FITS_CACHE_LIMIT:
+            _fits_cache.clear()
+        _fits_cache[key] = fits
+    return fits
+
+
+_fits_cache: dict[tuple[Any, tuple[TensorMeta, ...]], bool] = {}
+_FITS_CACHE_LIMIT = 1 << 16
 
 
 # More than this many argument tuples per op would make drawing a step slow.
@@ -214,19 +228,51 @@ def _overlaps(spec: OpSpec, args: Sequence[int], out: TensorMeta, env, overlappi
 
 
 _shapes = st.lists(st.integers(1, 8), min_size=0, max_size=3).map(tuple)
+_booleans = st.booleans()
+
+
+# A program draw asks for a few dozen strategies, mostly the same ones every time. Building
+# and validating a strategy costs more than drawing from it, so equal strategies are built
+# once; a strategy is stateless, so one drawn twice draws exactly as two equal ones would.
+@functools.cache
+def _integers(low: int, high: int) -> st.SearchStrategy[int]:
+    return st.integers(low, high)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sampled_from(elements: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    return st.sampled_from(elements)
+
+
+@functools.lru_cache(maxsize=4096)
+def _params(
+    params: Callable[[Sequence[TensorMeta]], st.SearchStrategy[dict[str, Any]]],
+    metas: tuple[TensorMeta, ...],
+) -> st.SearchStrategy[dict[str, Any]]:
+    return params(metas)
+
+
+@functools.lru_cache(maxsize=4096)
+def _outputs(candidates: tuple[int, ...]) -> st.SearchStrategy[list[int]]:
+    return st.lists(_sampled_from(candidates), min_size=1, max_size=3, unique=True)
 
 
 @st.composite
 def _inputs(draw: st.DrawFn, dtypes: Sequence[torch.dtype]) -> tuple[TensorMeta, ...]:
-    count = draw(st.integers(1, 4))
+    count = draw(_integers(1, 4))
     metas: list[TensorMeta] = []
     for _ in range(count):
         # Reusing an earlier shape makes elementwise ops between inputs applicable.
         shape = draw(
-            st.sampled_from([m.shape for m in metas]) if metas and draw(st.booleans()) else _shapes
+            _sampled_from(tuple(m.shape for m in metas)) if metas and draw(_booleans) else _shapes
         )
-        metas.append(TensorMeta(shape, draw(st.sampled_from(tuple(dtypes)))))
+        metas.append(TensorMeta(shape, draw(_sampled_from(tuple(dtypes)))))
     return tuple(metas)
+
+
+@functools.cache
+def _inputs_of(dtypes: tuple[torch.dtype, ...]) -> st.SearchStrategy[tuple[TensorMeta, ...]]:
+    return _inputs(dtypes)
 
 
 def with_drops(steps: Sequence[Step], outputs: Sequence[int]) -> tuple[Step, ...]:
@@ -275,7 +321,9 @@ def programs(
         and not s.out_buffers
         and (s.kind != "break" or break_step_allowed(s, allow_tensor_returns) or convertible(s))
     ]
-    inputs = draw(_inputs(default_input_dtypes() if input_dtypes is None else input_dtypes))
+    inputs = draw(
+        _inputs_of(tuple(default_input_dtypes() if input_dtypes is None else input_dtypes))
+    )
     env: dict[int, TensorMeta] = dict(enumerate(inputs))
     next_value = len(inputs)
     # Static buffers (allocated before the capture) are numbered -1, -2, ... while drawing
@@ -286,13 +334,13 @@ def programs(
     # The value whose memory each value lives in (itself unless it is a view or in-place result).
     memory: dict[int, int] = {v: v for v in env}
     breaks = 0
-    for _ in range(draw(st.integers(1, max_ops))):
+    for _ in range(draw(_integers(1, max_ops))):
         live = sorted(env)
         # Break ops are few in the catalog; asking for one a quarter of the time keeps
         # every kind of break common. Otherwise the drawn op, or the next one that fits.
-        want_break = breaks < max_breaks and draw(st.integers(0, 3)) == 3
+        want_break = breaks < max_breaks and draw(_integers(0, 3)) == 3
         pool = [s for s in usable if (s.kind == "break") == want_break] or usable
-        start = draw(st.integers(0, len(pool) - 1))
+        start = draw(_integers(0, len(pool) - 1))
         for offset in range(len(pool)):
             spec = pool[(start + offset) % len(pool)]
             if spec.kind == "break" and breaks >= max_breaks:
@@ -302,24 +350,24 @@ def programs(
                 break
         else:
             break
-        args = draw(st.sampled_from(tuples))
+        args = draw(_sampled_from(tuple(tuples)))
         metas = [env[a] for a in args]
-        params = draw(spec.params(metas))
+        params = draw(_params(spec.params, tuple(metas)))
         out = spec.infer(metas, params)
         if out is None:
             reject()
         brk = spec.kind == "break"
         convert = brk and not break_step_allowed(spec, allow_tensor_returns)
         if not brk and breaks < max_breaks and break_step_allowed(spec, allow_tensor_returns):
-            brk = draw(st.integers(0, 3)) == 0
+            brk = draw(_integers(0, 3)) == 0
         elif not brk and breaks < max_breaks and convertible(spec):
-            convert = brk = draw(st.integers(0, 3)) == 0
+            convert = brk = draw(_integers(0, 3)) == 0
         buffers: list[int] = []
         if convert:
-            spec = draw(st.sampled_from(out_buffer_forms(spec)))
+            spec = draw(_sampled_from(tuple(out_buffer_forms(spec))))
             assert spec.buffer_metas is not None and args
             for meta in spec.buffer_metas(metas, params):
-                if draw(st.booleans()):
+                if draw(_booleans):
                     # Inside the capture: the buffer lives in the graph pool.
                     alloc = (("dtype", meta.dtype), ("shape", meta.shape))
                     steps.append(Step(ALLOC.name, (args[0],), alloc, False))
@@ -351,9 +399,9 @@ def programs(
         reject()
     # Returning an input unchanged checks nothing; prefer values the steps computed.
     candidates = [v for v in sorted(env) if v >= len(inputs)] or sorted(env)
-    chosen = draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=3, unique=True))
+    chosen = draw(_outputs(tuple(candidates)))
     # The last value is usually the interesting one; a shrunk program keeps it.
-    outputs = tuple(sorted({candidates[-1], *chosen} if draw(st.booleans()) else set(chosen)))
+    outputs = tuple(sorted({candidates[-1], *chosen} if draw(_booleans) else set(chosen)))
     return _with_static_buffers(inputs, static, steps, outputs)
 
 

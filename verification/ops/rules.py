@@ -7,6 +7,7 @@ returning ``None`` where torch would raise. Param strategies here only draw vali
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -62,18 +63,22 @@ def broadcasts_to(shape: Sequence[int], target: Sequence[int]) -> bool:
     return broadcast(shape, target) == tuple(target)
 
 
-def _stand_in(m: TensorMeta) -> torch.Tensor:
-    # Type promotion only looks at dtype and whether a tensor is zero-dimensional.
-    return torch.empty((1,) * min(len(m.shape), 1), dtype=m.dtype, device="meta")
-
-
 def promote(*metas: TensorMeta) -> torch.dtype:
     """torch's result dtype for an elementwise op over these tensors."""
-    result = _stand_in(metas[0])
-    for m in metas[1:]:
-        dtype = torch.result_type(result, _stand_in(m))
-        zero_dim = result.dim() == 0 and len(m.shape) == 0
-        result = torch.empty((1,) * (not zero_dim), dtype=dtype, device="meta")
+    # Type promotion only looks at dtype and whether a tensor is zero-dimensional, and the
+    # generator asks about the same few combinations for every argument tuple it tries.
+    return _promote(tuple((m.dtype, len(m.shape) > 0) for m in metas))
+
+
+@functools.cache
+def _promote(operands: tuple[tuple[torch.dtype, bool], ...]) -> torch.dtype:
+    def stand_in(dtype: torch.dtype, has_dims: bool) -> torch.Tensor:
+        return torch.empty((1,) * has_dims, dtype=dtype, device="meta")
+
+    result = stand_in(*operands[0])
+    for dtype, has_dims in operands[1:]:
+        promoted = torch.result_type(result, stand_in(dtype, has_dims))
+        result = stand_in(promoted, result.dim() > 0 or has_dims)
     return result.dtype
 
 

@@ -33,8 +33,7 @@ SMALL_REQUEST = 1 << 20
 PoolId = tuple[int, int]
 
 
-def _use_count(storage: torch.UntypedStorage) -> int:
-    return torch._C._storage_Use_Count(storage._cdata)
+_storage_use_count = torch._C._storage_Use_Count
 
 
 # The poison pattern, for blocks small enough to take it in one memmove: every block freed
@@ -56,7 +55,17 @@ def poison(storage: torch.UntypedStorage) -> None:
 class Block:
     """One simulated device allocation: ``size`` bytes of a segment (one ``cudaMalloc``)."""
 
-    __slots__ = ("address", "device_storage", "pool", "segment", "size", "storage")
+    __slots__ = (
+        "_device_cdata",
+        "_host_cdata",
+        "address",
+        "device_storage",
+        "pool",
+        "segment",
+        "size",
+        "small_segment",
+        "storage",
+    )
 
     def __init__(self, segment: torch.UntypedStorage, address: int, size: int, pool: Pool) -> None:
         self.segment = segment  # owns the memory; blocks of one segment split and merge
@@ -69,13 +78,21 @@ class Block:
             address, torch.device("cpu"), size
         )
         self.device_storage = device_storage(address, size)
+        # Allocation asks every block of a pool whether it is in use, and best fit asks
+        # every free block its segment's size class: both read from fields set here (the
+        # block holds both storages for its life, and a segment never changes size).
+        self._host_cdata = self.storage._cdata
+        self._device_cdata = self.device_storage._cdata
+        self.small_segment = segment.nbytes() <= SMALL_REQUEST
 
     def whole_segment(self) -> bool:
         return self.size == self.segment.nbytes()
 
     def in_use(self) -> bool:
         # Device tensors hold device_storage; host views made while an op runs hold storage.
-        return _use_count(self.device_storage) > 1 or _use_count(self.storage) > 1
+        return (
+            _storage_use_count(self._device_cdata) > 1 or _storage_use_count(self._host_cdata) > 1
+        )
 
 
 class Pool:
@@ -134,11 +151,7 @@ class Allocator:
         with self._lock:
             self._reclaim(pool)
             small = size <= SMALL_REQUEST
-            fitting = [
-                b
-                for b in pool.free
-                if b.size >= size and (b.segment.nbytes() <= SMALL_REQUEST) == small
-            ]
+            fitting = [b for b in pool.free if b.size >= size and b.small_segment == small]
             if fitting:  # best fit, as the caching allocator
                 block = min(fitting, key=lambda b: (b.size, b.address))
                 if self.on_reuse is not None:

@@ -85,10 +85,17 @@ def ran_eagerly(func: Any, warm: set[str]) -> None:
 COLD_KERNEL_DTYPES = frozenset({torch.bfloat16, torch.int8, torch.int32, torch.bool})
 
 
+_pointwise: dict[Any, bool] = {}
+
+
 def kernel_key(func: Any, leaves: list[Any]) -> tuple[Any, ...] | None:
     """The kernel a pointwise op launches, if its first use inside a capture can fail;
     ``leaves`` are the call's flattened arguments, which dispatch already has."""
-    if torch.Tag.pointwise not in func.tags:
+    pointwise = _pointwise.get(func)
+    if pointwise is None:
+        # Every eager device op asks; an overload's tags are a list behind a property.
+        pointwise = _pointwise[func] = torch.Tag.pointwise in func.tags
+    if not pointwise:
         return None
     dtypes = {t.dtype for t in leaves if isinstance(t, torch.Tensor)}
     if dtypes.isdisjoint(COLD_KERNEL_DTYPES):

@@ -71,10 +71,7 @@ class OpInfo:
     # Capture needs only the arguments' layouts (no rule reads their values, no ``out=``
     # resize, nothing executes), so it can skip host views: see ``_record_from_layouts``.
     recorded_from_layouts: bool
-
-    @property
-    def has_fresh(self) -> bool:
-        return any(a is None for a in self.return_aliases)
+    has_fresh: bool  # some return is a fresh tensor
 
 
 _infos: dict[Any, OpInfo] = {}
@@ -110,6 +107,7 @@ def op_info(func: Any) -> OpInfo:
         out_args=out_args,
         random=torch.Tag.nondeterministic_seeded in func.tags,
         single_return=len(aliases) == 1,
+        has_fresh=any(a is None for a in aliases),
         recorded_from_layouts=not (
             metadata_only
             or illegal
@@ -150,7 +148,8 @@ def _rehome(t: Any, session: Any, copy: bool) -> Any:
         # torch calls on every eager device op.
         ctypes.memmove(block.address, storage.data_ptr(), nbytes)
     out = _block_tensor(block, t)
-    out.requires_grad_(t.requires_grad)
+    if t.requires_grad:  # a fresh tensor does not
+        out.requires_grad_()
     return out
 
 
@@ -615,30 +614,49 @@ _SPECIAL = {
 }
 
 
+def _dispatch(func: Any, args: tuple, kwargs: Any) -> Any:
+    kwargs = kwargs or {}
+    session = state.session
+    if session is None:
+        return func(*args, **kwargs)
+    handler = _SPECIAL.get(func)
+    if handler is not None:
+        result = handler(func, args, kwargs, session)
+        if result is not NotImplemented:
+            return result
+    flat = flatten_call(args, kwargs)
+    for x in flat[0]:
+        if _wants_device(x):
+            break
+    else:
+        return _run_on_host(func, args, kwargs, session)
+    target = kwargs.get("device")
+    if isinstance(target, torch.device) and target.type == "cpu":
+        # A host factory shaped like a device tensor (zeros_like(x, device="cpu")).
+        bridge = Bridge(session.allocator)
+        return func(*[bridge.to_host(a) for a in args], **kwargs)
+    return run_on_device(func, args, kwargs, session, flat=flat)
+
+
+# Dynamo must not trace into the simulator. torch's default wrapper for a mode's
+# __torch_dispatch__ ensures that on every call, at a few µs per op plus an import of
+# torch._dynamo (seconds) on the first one; SimMode keeps that wrapper only for calls made
+# while a dynamo frame callback is set, the only time it does anything.
+_dispatch_without_dynamo = torch._disable_dynamo(_dispatch, recursive=True)
+_eval_frame_callback = torch._C._dynamo.eval_frame.get_eval_frame_callback
+
+
 class SimMode(TorchDispatchMode):
     """Runs host work natively and device work on host views, eagerly or into a capture."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # False stops torch wrapping __torch_dispatch__; the method skips dynamo itself.
+        return False
 
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
     ) -> Any:
-        kwargs = kwargs or {}
-        session = state.session
-        if session is None:
-            return func(*args, **kwargs)
-        handler = _SPECIAL.get(func)
-        if handler is not None:
-            result = handler(func, args, kwargs, session)
-            if result is not NotImplemented:
-                return result
-        flat = flatten_call(args, kwargs)
-        for x in flat[0]:
-            if _wants_device(x):
-                break
-        else:
-            return _run_on_host(func, args, kwargs, session)
-        target = kwargs.get("device")
-        if isinstance(target, torch.device) and target.type == "cpu":
-            # A host factory shaped like a device tensor (zeros_like(x, device="cpu")).
-            bridge = Bridge(session.allocator)
-            return func(*[bridge.to_host(a) for a in args], **kwargs)
-        return run_on_device(func, args, kwargs, session, flat=flat)
+        if _eval_frame_callback() is not None:
+            return _dispatch_without_dynamo(func, args, kwargs)
+        return _dispatch(func, args, kwargs)
