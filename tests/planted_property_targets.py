@@ -127,6 +127,45 @@ def _strong_arguments(lib: ModuleType) -> None:
     lib.arguments._construct_storage = None  # every tensor argument held by reference
 
 
+def _runner_stale_inputs(lib: ModuleType) -> None:
+    lib.runner.BreakableGraphRunner._copy_inputs = staticmethod(lambda entry, inputs: None)
+
+
+def _runner_recaptures(lib: ModuleType) -> None:
+    lib.runner.input_signature = lambda tree: object()  # no two calls share a signature
+
+
+def _runner_ignores_pool(lib: ModuleType) -> None:
+    cls = lib.runner.BreakableGraphRunner
+    init = cls.__init__
+
+    def __init__(self: Any, fn: Any, **options: Any) -> None:
+        init(self, fn, **options)
+        self.pool = torch.cuda.graph_pool_handle()
+
+    cls.__init__ = __init__
+
+
+def _runner_eager_results_stale(lib: ModuleType) -> None:
+    lib.runner.copy_result_back = lambda name, static, fresh: None
+
+
+def _runner_debug_blind(lib: ModuleType) -> None:
+    lib.runner.BreakableGraphRunner._check_addresses = staticmethod(lambda entry: None)
+
+
+def _runner_leaves_its_stream(lib: ModuleType) -> None:
+    cls = lib.runner.BreakableGraphRunner
+    call = cls.__call__
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = call(self, *args, **kwargs)
+        torch.cuda.set_stream(torch.cuda.Stream())
+        return result
+
+    cls.__call__ = __call__
+
+
 # name -> (what it plants, the property that must find it, how to plant it)
 BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
     "global_active_capture": (
@@ -160,6 +199,32 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "stream-order",
         _unordered_side_stream,
     ),
+    "runner_stale_inputs": (
+        "the runner does not copy new inputs into its static buffers",
+        "runner",
+        _runner_stale_inputs,
+    ),
+    "runner_recaptures": ("the runner captures again on every call", "runner", _runner_recaptures),
+    "runner_ignores_pool": (
+        "the runner ignores the pool it is given",
+        "runner",
+        _runner_ignores_pool,
+    ),
+    "runner_eager_results_stale": (
+        "with graphs disabled the runner returns its first call's results",
+        "runner",
+        _runner_eager_results_stale,
+    ),
+    "runner_debug_blind": (
+        "debug=True never reports a moved static buffer",
+        "runner",
+        _runner_debug_blind,
+    ),
+    "runner_leaves_its_stream": (
+        "the runner leaves another stream current after a call",
+        "runner",
+        _runner_leaves_its_stream,
+    ),
 }
 NOT_BUGS: dict[str, Callable[[ModuleType], None]] = {"strong_arguments": _strong_arguments}
 
@@ -177,6 +242,7 @@ def build(variant: str | None = None) -> SimpleNamespace:
         __name__=f"planted-property[{variant or 'clean'}]",
         BreakableCUDAGraphCapture=lib.BreakableCUDAGraphCapture,
         eager_break_during_capture=lib.eager_break_during_capture,
+        BreakableGraphRunner=lib.BreakableGraphRunner,
         BREAK_CONTRACT="returns",
         REPRODUCER_IMPORT=(
             f"from tests.planted_property_targets import build\ntarget = build({variant!r})"
