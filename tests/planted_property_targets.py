@@ -3,8 +3,9 @@
 :func:`build` loads a private copy of ``breakable_cudagraph`` (its own modules, its own
 thread state) and plants one bug of :data:`BUGS` into it, so every other behaviour is the
 library's own. ``strong_arguments`` is not a bug: it holds every break argument strongly,
-as ``lambda: fn(*args)`` would; the memory property must report it as memory held, never
-as a failure.
+as ``lambda: fn(*args)`` would, and (as vLLM) does not declare it releases them; the memory
+property must report it as memory held, never as a failure. The same holding under the
+library's declaration, ``arguments_held_despite_declaring``, is a bug.
 """
 
 from __future__ import annotations
@@ -125,6 +126,23 @@ def _unordered_side_stream(lib: ModuleType) -> None:
 
 def _strong_arguments(lib: ModuleType) -> None:
     lib.arguments._construct_storage = None  # every tensor argument held by reference
+    lib.RELEASES_BREAK_ARGUMENTS = False  # and no promise otherwise, as vLLM
+
+
+def _arguments_held_despite_declaring(lib: ModuleType) -> None:
+    lib.arguments._construct_storage = None  # the declaration stays
+
+
+def _dataclass_arguments_held(lib: ModuleType) -> None:
+    trees = lib.trees
+    trees._CONTAINERS = tuple(
+        c for c in trees._CONTAINERS if c[0] is not trees._is_dataclass_instance
+    )
+
+
+def _list_arguments_held(lib: ModuleType) -> None:
+    children, _ = lib.trees._EXACT[list]
+    lib.trees._EXACT[list] = (children, lambda tree, items: tree)  # the list as given
 
 
 def _runner_stale_inputs(lib: ModuleType) -> None:
@@ -199,6 +217,21 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "stream-order",
         _unordered_side_stream,
     ),
+    "arguments_held_despite_declaring": (
+        "break arguments held strongly by a target that declares it releases them",
+        "pool",
+        _arguments_held_despite_declaring,
+    ),
+    "dataclass_arguments_held": (
+        "tensors in a dataclass argument held strongly (the dataclass is not opened)",
+        "pool",
+        _dataclass_arguments_held,
+    ),
+    "list_arguments_held": (
+        "a list argument held as given, its tensors strongly",
+        "pool",
+        _list_arguments_held,
+    ),
     "runner_stale_inputs": (
         "the runner does not copy new inputs into its static buffers",
         "runner",
@@ -244,6 +277,7 @@ def build(variant: str | None = None) -> SimpleNamespace:
         eager_break_during_capture=lib.eager_break_during_capture,
         BreakableGraphRunner=lib.BreakableGraphRunner,
         BREAK_CONTRACT="returns",
+        RELEASES_BREAK_ARGUMENTS=lib.RELEASES_BREAK_ARGUMENTS,
         REPRODUCER_IMPORT=(
             f"from tests.planted_property_targets import build\ntarget = build({variant!r})"
         ),
