@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -145,6 +146,24 @@ def _list_arguments_held(lib: ModuleType) -> None:
     lib.trees._EXACT[list] = (children, lambda tree, items: tree)  # the list as given
 
 
+def _capture_end_warnings_swallowed(lib: ModuleType) -> None:
+    end_graph = lib.segments.end_graph
+
+    def swallowing(graph: Any) -> bool:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return end_graph(graph)
+
+    lib.capture.end_graph = swallowing
+
+
+def _is_active_on_instances_only(lib: ModuleType) -> None:
+    def is_active(self: Any) -> bool:
+        return lib.thread_state.active_capture() is not None
+
+    lib.BreakableCUDAGraphCapture.is_active = is_active
+
+
 def _runner_stale_inputs(lib: ModuleType) -> None:
     lib.runner.BreakableGraphRunner._copy_inputs = staticmethod(lambda entry, inputs: None)
 
@@ -231,6 +250,16 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "a list argument held as given, its tensors strongly",
         "pool",
         _list_arguments_held,
+    ),
+    "capture_end_warnings_swallowed": (
+        "every warning capture_end raises is swallowed, not only the empty-graph one",
+        "faults",
+        _capture_end_warnings_swallowed,
+    ),
+    "is_active_on_instances_only": (
+        "is_active() is an instance method, so the class cannot answer it",
+        "faults",
+        _is_active_on_instances_only,
     ),
     "runner_stale_inputs": (
         "the runner does not copy new inputs into its static buffers",
