@@ -141,6 +141,16 @@ def _dataclass_arguments_held(lib: ModuleType) -> None:
     )
 
 
+def _every_object_opened_as_a_dataclass(lib: ModuleType) -> None:
+    trees = lib.trees
+    trees._CONTAINERS = tuple(
+        (lambda tree: not isinstance(tree, type), *rest)
+        if is_container is trees._is_dataclass_instance
+        else (is_container, *rest)
+        for is_container, *rest in trees._CONTAINERS
+    )
+
+
 def _list_arguments_held(lib: ModuleType) -> None:
     children, _ = lib.trees._EXACT[list]
     lib.trees._EXACT[list] = (children, lambda tree, items: tree)  # the list as given
@@ -245,6 +255,11 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "tensors in a dataclass argument held strongly (the dataclass is not opened)",
         "pool",
         _dataclass_arguments_held,
+    ),
+    "every_object_opened_as_a_dataclass": (
+        "any object in a break's arguments is taken for a dataclass (a dtype, say)",
+        "pool",
+        _every_object_opened_as_a_dataclass,
     ),
     "list_arguments_held": (
         "a list argument held as given, its tensors strongly",

@@ -49,3 +49,8 @@ def test_tensors_held_through_a_dataclass_argument_are_found(bcg_kind, tmp_path)
 
 def test_tensors_held_through_a_list_argument_are_found(bcg_kind, tmp_path):
     assert failing(check("pool", "list_arguments_held", bcg_kind, tmp_path))
+
+
+def test_a_break_argument_that_is_neither_tensor_nor_container_is_kept_as_is(bcg_kind, tmp_path):
+    findings = failing(check("pool", "every_object_opened_as_a_dataclass", bcg_kind, tmp_path))
+    assert findings and "raised" in findings[0].message, findings

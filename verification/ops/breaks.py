@@ -334,18 +334,20 @@ def dict_mix(x, y):
         + """
 import collections
 
-Group = collections.namedtuple("Group", ["tensors", "floor"])
+# A dtype rides along: a break's arguments hold objects that are neither tensors nor
+# containers, and a capture must keep them as they are.
+Group = collections.namedtuple("Group", ["tensors", "floor", "dtype"])
 
 
 @eager_break_during_capture
 def shrink_group_(group):
-    peak = max(finite_peak(t) for t in group.tensors)
+    peak = max(finite_peak(t.to(group.dtype)) for t in group.tensors)
     for t in group.tensors:
         t.div_(max(group.floor, peak))
 
 
 def shrink_pair_(x, y):
-    shrink_group_(Group([x, y], 1.0))
+    shrink_group_(Group([x, y], 1.0, torch.float64))
     return x
 """,
         "shrink_pair_({0}, {1})",

@@ -275,13 +275,16 @@ def _held_problem(held: list[int], config: CheckConfig) -> str | None:
 
 def _witness_problem(program: Program, config: CheckConfig, held: list[int]) -> str | None:
     kept: list[int] = []
-    problem = (
-        _ratio_problem(program, config, kept)
-        or _shared_pool_problem([program, program], config, kept)
-        # Drawn programs may give a break what no target can alias (a conj view): only the
-        # fixed witnesses hold the declaration to account.
-        or _held_problem(kept, config)
-    )
+    try:
+        problem = (
+            _ratio_problem(program, config, kept)
+            or _shared_pool_problem([program, program], config, kept)
+            # Drawn programs may give a break what no target can alias (a conj view): only
+            # the fixed witnesses hold the declaration to account.
+            or _held_problem(kept, config)
+        )
+    except Exception as error:  # the witnesses use only what every target must take
+        return f"the target raised {error!r}"
     held.extend(kept)
     return problem
 
