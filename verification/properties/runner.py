@@ -143,8 +143,11 @@ def _sequence_problem(program: Program, config: CheckConfig, graphs: bool) -> st
     fn = Wrapped(program, config)
     pool = torch.cuda.graph_pool_handle() if graphs else None
     options = {"pool": pool, "debug": True} if graphs else {"enabled": False}
-    runner = runner_class(config)(fn, **options)
     mode = "graphs on" if graphs else "graphs disabled"
+    try:
+        runner = runner_class(config)(fn, **options)
+    except Exception as error:
+        return f"{mode}: making a runner with {sorted(options)} raised {error!r}"
     tol = program_tolerance(program, fn.table)
     first: dict[str, Any] = {}
     caller = torch.cuda.Stream()
@@ -198,8 +201,8 @@ def debug_problem(config: CheckConfig) -> str | None:
     runner = runner_class(config)
     x = torch.randn(8, device=config.device)
     for debug in (True, False):
-        run = runner(lambda t: t * 2, debug=True) if debug else runner(lambda t: t * 2)
         try:
+            run = runner(lambda t: t * 2, debug=True) if debug else runner(lambda t: t * 2)
             run(x)
             out = run(x)
             other = run(x[:4])
