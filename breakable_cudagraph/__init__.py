@@ -13,6 +13,9 @@ from .switch import DISABLE_ENV_VAR, graphs_disabled
 __version__ = "0.1.0"
 # The harness's contract declaration: a tensor a break returns is refreshed at every replay.
 BREAK_CONTRACT = "returns"
+# And its promise: a capture intermediate given to a break dies when the caller drops it
+# (arguments.hold_for_replay keeps a non-owning alias), so holding one is a bug.
+RELEASES_BREAK_ARGUMENTS = True
 
 __all__ = [
     "DISABLE_ENV_VAR",

@@ -3,8 +3,9 @@
 :func:`build` loads a private copy of ``breakable_cudagraph`` (its own modules, its own
 thread state) and plants one bug of :data:`BUGS` into it, so every other behaviour is the
 library's own. ``strong_arguments`` is not a bug: it holds every break argument strongly,
-as ``lambda: fn(*args)`` would; the memory property must report it as memory held, never
-as a failure.
+as ``lambda: fn(*args)`` would, and (as vLLM) does not declare it releases them; the memory
+property must report it as memory held, never as a failure. The same holding under the
+library's declaration, ``arguments_held_despite_declaring``, is a bug.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -129,6 +131,90 @@ def _unordered_side_stream(lib: ModuleType) -> None:
 
 def _strong_arguments(lib: ModuleType) -> None:
     lib.arguments._construct_storage = None  # every tensor argument held by reference
+    lib.RELEASES_BREAK_ARGUMENTS = False  # and no promise otherwise, as vLLM
+
+
+def _arguments_held_despite_declaring(lib: ModuleType) -> None:
+    lib.arguments._construct_storage = None  # the declaration stays
+
+
+def _dataclass_arguments_held(lib: ModuleType) -> None:
+    trees = lib.trees
+    trees._CONTAINERS = tuple(
+        c for c in trees._CONTAINERS if c[0] is not trees._is_dataclass_instance
+    )
+
+
+def _every_object_opened_as_a_dataclass(lib: ModuleType) -> None:
+    trees = lib.trees
+    trees._CONTAINERS = tuple(
+        (lambda tree: not isinstance(tree, type), *rest)
+        if is_container is trees._is_dataclass_instance
+        else (is_container, *rest)
+        for is_container, *rest in trees._CONTAINERS
+    )
+
+
+def _list_arguments_held(lib: ModuleType) -> None:
+    children, _ = lib.trees._EXACT[list]
+    lib.trees._EXACT[list] = (children, lambda tree, items: tree)  # the list as given
+
+
+def _capture_end_warnings_swallowed(lib: ModuleType) -> None:
+    end_graph = lib.segments.end_graph
+
+    def swallowing(graph: Any) -> bool:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return end_graph(graph)
+
+    lib.capture.end_graph = swallowing
+
+
+def _is_active_on_instances_only(lib: ModuleType) -> None:
+    def is_active(self: Any) -> bool:
+        return lib.thread_state.active_capture() is not None
+
+    lib.BreakableCUDAGraphCapture.is_active = is_active
+
+
+def _runner_stale_inputs(lib: ModuleType) -> None:
+    lib.runner.BreakableGraphRunner._copy_inputs = staticmethod(lambda entry, inputs: None)
+
+
+def _runner_recaptures(lib: ModuleType) -> None:
+    lib.runner.input_signature = lambda tree: object()  # no two calls share a signature
+
+
+def _runner_ignores_pool(lib: ModuleType) -> None:
+    cls = lib.runner.BreakableGraphRunner
+    init = cls.__init__
+
+    def __init__(self: Any, fn: Any, **options: Any) -> None:
+        init(self, fn, **options)
+        self.pool = torch.cuda.graph_pool_handle()
+
+    cls.__init__ = __init__
+
+
+def _runner_eager_results_stale(lib: ModuleType) -> None:
+    lib.runner.copy_result_back = lambda name, static, fresh: None
+
+
+def _runner_debug_blind(lib: ModuleType) -> None:
+    lib.runner.BreakableGraphRunner._check_addresses = staticmethod(lambda entry: None)
+
+
+def _runner_leaves_its_stream(lib: ModuleType) -> None:
+    cls = lib.runner.BreakableGraphRunner
+    call = cls.__call__
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = call(self, *args, **kwargs)
+        torch.cuda.set_stream(torch.cuda.Stream())
+        return result
+
+    cls.__call__ = __call__
 
 
 # name -> (what it plants, the property that must find it, how to plant it)
@@ -164,6 +250,62 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "stream-order",
         _unordered_side_stream,
     ),
+    "arguments_held_despite_declaring": (
+        "break arguments held strongly by a target that declares it releases them",
+        "pool",
+        _arguments_held_despite_declaring,
+    ),
+    "dataclass_arguments_held": (
+        "tensors in a dataclass argument held strongly (the dataclass is not opened)",
+        "pool",
+        _dataclass_arguments_held,
+    ),
+    "every_object_opened_as_a_dataclass": (
+        "any object in a break's arguments is taken for a dataclass (a dtype, say)",
+        "pool",
+        _every_object_opened_as_a_dataclass,
+    ),
+    "list_arguments_held": (
+        "a list argument held as given, its tensors strongly",
+        "pool",
+        _list_arguments_held,
+    ),
+    "capture_end_warnings_swallowed": (
+        "every warning capture_end raises is swallowed, not only the empty-graph one",
+        "faults",
+        _capture_end_warnings_swallowed,
+    ),
+    "is_active_on_instances_only": (
+        "is_active() is an instance method, so the class cannot answer it",
+        "faults",
+        _is_active_on_instances_only,
+    ),
+    "runner_stale_inputs": (
+        "the runner does not copy new inputs into its static buffers",
+        "runner",
+        _runner_stale_inputs,
+    ),
+    "runner_recaptures": ("the runner captures again on every call", "runner", _runner_recaptures),
+    "runner_ignores_pool": (
+        "the runner ignores the pool it is given",
+        "runner",
+        _runner_ignores_pool,
+    ),
+    "runner_eager_results_stale": (
+        "with graphs disabled the runner returns its first call's results",
+        "runner",
+        _runner_eager_results_stale,
+    ),
+    "runner_debug_blind": (
+        "debug=True never reports a moved static buffer",
+        "runner",
+        _runner_debug_blind,
+    ),
+    "runner_leaves_its_stream": (
+        "the runner leaves another stream current after a call",
+        "runner",
+        _runner_leaves_its_stream,
+    ),
 }
 NOT_BUGS: dict[str, Callable[[ModuleType], None]] = {"strong_arguments": _strong_arguments}
 
@@ -181,7 +323,9 @@ def build(variant: str | None = None) -> SimpleNamespace:
         __name__=f"planted-property[{variant or 'clean'}]",
         BreakableCUDAGraphCapture=lib.BreakableCUDAGraphCapture,
         eager_break_during_capture=lib.eager_break_during_capture,
+        BreakableGraphRunner=lib.BreakableGraphRunner,
         BREAK_CONTRACT="returns",
+        RELEASES_BREAK_ARGUMENTS=lib.RELEASES_BREAK_ARGUMENTS,
         REPRODUCER_IMPORT=(
             f"from tests.planted_property_targets import build\ntarget = build({variant!r})"
         ),

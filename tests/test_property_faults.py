@@ -15,6 +15,14 @@ def test_state_left_active_after_an_exception_is_found(bcg_kind, tmp_path):
     assert failing(check("faults", "state_left_active", bcg_kind, tmp_path))
 
 
+def test_capture_end_warnings_swallowed_are_found(bcg_kind, tmp_path):
+    assert failing(check("faults", "capture_end_warnings_swallowed", bcg_kind, tmp_path))
+
+
+def test_is_active_that_the_class_cannot_answer_is_found(bcg_kind, tmp_path):
+    assert failing(check("faults", "is_active_on_instances_only", bcg_kind, tmp_path))
+
+
 def test_a_pool_lost_to_an_illegal_call_is_a_torch_limit_not_a_target_bug(bcg_kind, bcg_device):
     # torch refuses every capture into a pool after CUDA invalidated one into it
     # (tests/test_graph_semantics.py); the checker says so once and recovers in a new pool.

@@ -36,3 +36,21 @@ def test_strongly_held_arguments_are_memory_held_not_a_bug(bcg_kind, tmp_path):
     assert not failing(findings), failing(findings)[0].message
     held = [f for f in findings if f.kind == "memory-held"]
     assert held and "bytes" in held[0].message, findings
+
+
+def test_arguments_held_by_a_target_declaring_it_releases_them_are_a_bug(bcg_kind, tmp_path):
+    findings = failing(check("pool", "arguments_held_despite_declaring", bcg_kind, tmp_path))
+    assert findings and "RELEASES_BREAK_ARGUMENTS" in findings[0].message, findings
+
+
+def test_tensors_held_through_a_dataclass_argument_are_found(bcg_kind, tmp_path):
+    assert failing(check("pool", "dataclass_arguments_held", bcg_kind, tmp_path))
+
+
+def test_tensors_held_through_a_list_argument_are_found(bcg_kind, tmp_path):
+    assert failing(check("pool", "list_arguments_held", bcg_kind, tmp_path))
+
+
+def test_a_break_argument_that_is_neither_tensor_nor_container_is_kept_as_is(bcg_kind, tmp_path):
+    findings = failing(check("pool", "every_object_opened_as_a_dataclass", bcg_kind, tmp_path))
+    assert findings and "raised" in findings[0].message, findings

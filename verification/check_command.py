@@ -70,6 +70,7 @@ def _to_json(results: list[CheckResult]) -> list[dict[str, Any]]:
             "prop": r.prop,
             "examples": r.examples,
             "elapsed_s": r.elapsed_s,
+            "not_applicable": r.not_applicable,
             "findings": [
                 {
                     "kind": f.kind,
@@ -108,6 +109,7 @@ def _from_json(data: list[dict[str, Any]]) -> list[CheckResult]:
                 )
                 for f in r["findings"]
             ],
+            r.get("not_applicable"),
         )
         for r in data
     ]
@@ -169,14 +171,24 @@ def main(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 if args.report is not None:
                     print(f"reproducer written to {write(args.report, number, finding, text)}")
                     number += 1
+        if result.not_applicable is not None:
+            print(f"check {result.prop}: not applicable, {result.not_applicable}")
+            continue
         verdict = "FAIL" if result.failed else "pass"
         print(
             f"check {result.prop}: {verdict}, {result.examples} examples, {result.elapsed_s:.1f} s"
         )
     failed = [r.prop for r in results if r.failed]
+    checked = [r for r in results if r.not_applicable is None]
     print(
-        f"check: {len(results) - len(failed)} of {len(results)} properties hold, device={kind}, "
-        f"target={target.name}" + (f"; failed: {', '.join(failed)}" if failed else "")
+        f"check: {len(checked) - len(failed)} of {len(checked)} properties hold, device={kind}, "
+        f"target={target.name}"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+        + (
+            f"; not applicable: {len(results) - len(checked)}"
+            if len(checked) < len(results)
+            else ""
+        )
     )
     return 1 if failed else 0
 

@@ -45,6 +45,10 @@ def _float_pair(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     return a if rules.is_float(a) and a == b else None
 
 
+def _float_both(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
+    return metas[0] if rules.is_float(metas[0]) and rules.is_float(metas[1]) else None
+
+
 def _applies_always(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     return metas[0]
 
@@ -321,6 +325,34 @@ def dict_mix(x, y):
     return parts["sum"] * parts["diff"]
 """,
         "dict_mix({0}, {1})",
+    ),
+    break_op(
+        "shrink_pair_",
+        2,
+        _float_both,
+        PEAK
+        + """
+import collections
+
+# A dtype rides along: a break's arguments hold objects that are neither tensors nor
+# containers, and a capture must keep them as they are.
+Group = collections.namedtuple("Group", ["tensors", "floor", "dtype"])
+
+
+@eager_break_during_capture
+def shrink_group_(group):
+    peak = max(finite_peak(t.to(group.dtype)) for t in group.tensors)
+    for t in group.tensors:
+        t.div_(max(group.floor, peak))
+
+
+def shrink_pair_(x, y):
+    shrink_group_(Group([x, y], 1.0, torch.float64))
+    return x
+""",
+        "shrink_pair_({0}, {1})",
+        mutates=(0, 1),
+        aliasing="inplace",
     ),
     break_op(
         "do_nothing",

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from verification.programs import Program
-from verification.properties import faults, nested, pool, repetition, stream_order, threads
+from verification.properties import (
+    faults,
+    nested,
+    pool,
+    repetition,
+    runner,
+    stream_order,
+    threads,
+)
 from verification.properties.base import CheckConfig, CheckResult, PropertyFinding
 
 
@@ -63,6 +71,12 @@ PROPERTIES: dict[str, Property] = {
             "many cycles of capture, replay and reset keep reserved memory flat",
             repetition.check,
             repetition.example,
+        ),
+        Property(
+            runner.NAME,
+            "a runner captures once per input signature, replays repeats, and equals eager",
+            runner.check,
+            runner.example,
         ),
     )
 }

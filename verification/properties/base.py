@@ -75,10 +75,14 @@ class CheckConfig:
 
 @dataclass
 class CheckResult:
+    """``not_applicable`` says why the target was not checked (it lacks the API checked);
+    such a result neither passes nor fails anything."""
+
     prop: str
     examples: int
     elapsed_s: float
     findings: list[PropertyFinding] = field(default_factory=list)
+    not_applicable: str | None = None
 
     @property
     def failed(self) -> bool:

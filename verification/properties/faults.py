@@ -5,7 +5,7 @@ an eager step at capture, in an eager step at replay, at a segment's ``capture_e
 capture-illegal call (a device sync, ``.item()``) in the captured region. Each time the
 exception must propagate, no stream may be left capturing, no capture active, and the next
 capture into the same pool and its replays, and the next replay of a capture that failed
-mid-replay, must equal eager.
+mid-replay, must equal eager. A warning ``capture_end`` raises must reach the caller.
 
 The pool is shared with a live graph throughout, as a serving engine's pool is: torch lets a
 capture into a pool id only while one of its graphs lives. After a capture-illegal call, torch
@@ -51,6 +51,7 @@ TORCH_LIMIT = register_finding_kind(
 POOL_LEFT_RECORDING = "already recording to mempool_id"
 RNG_LEFT_CAPTURING = "Offset increment outside graph capture"
 POINTS = ("captured-region", "eager-at-capture", "eager-at-replay", "capture-end", "illegal-call")
+INJECTED_WARNING = "a warning injected into capture_end by the checker"
 ILLEGAL_CALLS: dict[str, Callable[[dict[int, torch.Tensor]], Any]] = {
     "synchronize": lambda env: torch.cuda.synchronize(),
     "item": lambda env: next(iter(env.values())).sum().item(),
@@ -117,8 +118,17 @@ class Injector:
 
 
 def _left_active(target: Any) -> str | None:
-    if target.BreakableCUDAGraphCapture.current() is not None:
+    capture = target.BreakableCUDAGraphCapture
+    if capture.current() is not None:
         return "a capture is still active in this thread"
+    # is_active() is optional; where a target has it, it is called on the class, as current().
+    is_active = getattr(capture, "is_active", None)
+    if is_active is not None:
+        try:
+            if is_active():
+                return "BreakableCUDAGraphCapture.is_active() says a capture is still open"
+        except TypeError as error:
+            return f"BreakableCUDAGraphCapture.is_active() cannot be called on the class: {error}"
     if torch.cuda.is_current_stream_capturing():
         return "the caller's stream is still capturing"
     try:
@@ -269,6 +279,41 @@ def _faulted_then_recovered(
     return None
 
 
+def warning_problem(config: CheckConfig) -> str | None:
+    """A warning ``capture_end`` raises, other than torch's empty-graph one, reaches the
+    caller: a target may hide that one, never the rest."""
+    target, graph_class = config.target, torch.cuda.CUDAGraph
+    original = graph_class.capture_end
+
+    def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(graph, *args, **kwargs)
+        warnings.warn(INJECTED_WARNING, UserWarning, stacklevel=1)
+        return result
+
+    @target.eager_break_during_capture
+    def halve(t: torch.Tensor) -> None:
+        t.mul_(0.5)
+
+    x = torch.randn(8, device=config.device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph_class.capture_end = capture_end
+    try:
+        with warnings.catch_warnings(record=True) as caught, torch.cuda.stream(side):
+            warnings.simplefilter("always")
+            capture = target.BreakableCUDAGraphCapture()
+            with capture:
+                y = x * 2
+                halve(y)
+                y.add_(1)
+    finally:
+        graph_class.capture_end = original
+    torch.cuda.current_stream().wait_stream(side)
+    if not any(INJECTED_WARNING in str(w.message) for w in caught):
+        return "a warning CUDAGraph.capture_end raised during the capture never reached the caller"
+    return None
+
+
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
     """Re-checks one finding's program (a reproducer calls this)."""
     return _fault_problem(
@@ -298,6 +343,9 @@ def check(config: CheckConfig) -> CheckResult:
             st.integers(0, 3),
             st.sampled_from(tuple(ILLEGAL_CALLS)),
         )
+        problem = warning_problem(config)
+        if problem is not None:
+            return 1, [PropertyFinding(NAME, "target-bug", problem)]
         examples, found = search(config, strategy, body)
         notes = [PropertyFinding(NAME, TORCH_LIMIT, limit) for limit in sorted(limits)]
         return examples, ([found] if found else []) + notes

@@ -1,14 +1,15 @@
 """Watches break arguments and scribbles freed memory, for the memory properties.
 
 :class:`ArgumentWatch` wraps break functions (inside the target's decorator) and keeps a
-weak reference to every tensor argument a break receives inside a capture, noting whether
-its memory lies in a graph pool. :func:`scribble_freed` allocates every free block of the
-default allocator and of a graph pool and fills it with ``FF`` bytes (NaN, or -1), so a
-dangling reference reads garbage instead of the old value.
+weak reference to every tensor a break receives inside a capture (in containers and
+dataclasses too), noting whether its memory lies in a graph pool. :func:`scribble_freed`
+allocates every free block of the default allocator and of a graph pool and fills it with
+``FF`` bytes (NaN, or -1), so a dangling reference reads garbage instead of the old value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import weakref
 from collections.abc import Callable
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from verification.properties.runs import DEFAULT_POOL, in_graph_pool
 
@@ -43,9 +43,8 @@ class ArgumentWatch:
         @functools.wraps(fn)
         def watched(*args: Any, **kwargs: Any) -> Any:
             if self.active:
-                leaves, _ = tree_flatten((args, kwargs))
-                for t in leaves:
-                    if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() > 0:
+                for t in _tensors((args, kwargs)):
+                    if t.untyped_storage().nbytes() > 0:
                         storage = t.untyped_storage()
                         self.seen.append(
                             Watched(
@@ -66,6 +65,22 @@ class ArgumentWatch:
             for w in self.seen
             if w.ref() is not None and w.address not in exclude and (w.in_pool or not pool_only)
         ]
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    """The tensors in ``tree``, through tuples, lists, dicts and dataclass instances (torch's
+    pytree does not open dataclasses, and a break may take its tensors in one)."""
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    if isinstance(tree, (tuple, list)):
+        items: Any = tree
+    elif isinstance(tree, dict):
+        items = tree.values()
+    elif dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+        items = [getattr(tree, f.name) for f in dataclasses.fields(tree)]
+    else:
+        return []
+    return [t for item in items for t in _tensors(item)]
 
 
 def held_bytes(watched: list[Watched]) -> int:

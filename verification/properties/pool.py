@@ -5,8 +5,9 @@ Several drawn programs are captured one after another into one pool, freed memor
 scribbled, and each capture replayed in capture order must equal eager. A chain with k breaks
 may reserve at most 1.05 times the graph-pool memory of the same program captured as one
 graph. Intermediates given to breaks should die while the capture lives (if not, a
-``memory-held`` finding with the figure), and everything must die, the graph pools' reserved
-memory back to its baseline, once the captures are dropped. Replaying out of capture order is
+``memory-held`` finding with the figure; a target-bug on the fixed witnesses for a target that
+declares it releases them), and everything must die, the graph pools' reserved memory back to
+its baseline, once the captures are dropped. Replaying out of capture order is
 demonstrated as a ``known-unsafe`` note that never counts against a target.
 """
 
@@ -37,6 +38,7 @@ from verification.properties.runs import (
     graph_pool_bytes,
     settle,
 )
+from verification.targets import RELEASE_DECLARATION
 
 NAME = "pool"
 REPLAY_ROUNDS = 3
@@ -58,6 +60,26 @@ WITNESS = Program(
         Step("neg", (3,), (), False, (3,)),
     ),
     outputs=(4,),
+)
+
+
+# Capture intermediates given to breaks in every way arguments are passed, each dropped by
+# the caller right after: in a list inside a namedtuple (written in place), a dataclass, a
+# dict, and by keyword. Breaks here return fresh tensors, so only under ``returns``.
+_PAIR = (_META, _META)
+ARGUMENT_WITNESS = Program(
+    inputs=_PAIR,
+    steps=(
+        Step("exp", (0,), (), False),
+        Step("neg", (1,), (), False),
+        Step("shrink_pair_", (2, 3), (), True),
+        Step("mul", (4, 3), (), False, (2, 3, 4)),
+        Step("sin", (5,), (), False),
+        Step("pair_mix", (5, 6), (), True, (6,)),
+        Step("dict_mix", (7, 5), (), True, (7,)),
+        Step("blend", (8, 5), (("weight", 0.5),), True, (5, 8)),
+    ),
+    outputs=(9,),
 )
 
 
@@ -241,8 +263,40 @@ def out_of_order_demonstration(config: CheckConfig) -> PropertyFinding:
     )
 
 
+def _held_problem(held: list[int], config: CheckConfig) -> str | None:
+    """Held bytes are a bug only for a target that declares it holds none."""
+    if not (config.target.releases_break_arguments and held and max(held) > 0):
+        return None
+    return (
+        f"the capture keeps alive {max(held)} bytes of its intermediates given to breaks that "
+        f"the caller dropped, though the target declares {RELEASE_DECLARATION}"
+    )
+
+
+def _witness_problem(program: Program, config: CheckConfig, held: list[int]) -> str | None:
+    kept: list[int] = []
+    try:
+        problem = (
+            _ratio_problem(program, config, kept)
+            or _shared_pool_problem([program, program], config, kept)
+            # Drawn programs may give a break what no target can alias (a conj view): only
+            # the fixed witnesses hold the declaration to account.
+            or _held_problem(kept, config)
+        )
+    except Exception as error:  # the witnesses use only what every target must take
+        return f"the target raised {error!r}"
+    held.extend(kept)
+    return problem
+
+
+def _witnesses(config: CheckConfig) -> list[Program]:
+    return [WITNESS, ARGUMENT_WITNESS] if config.target.supports_tensor_returns else [WITNESS]
+
+
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
     """Re-checks one finding's program (a reproducer calls this)."""
+    if program in (WITNESS, ARGUMENT_WITNESS):
+        return _witness_problem(program, config, [])
     return _ratio_problem(program, config, []) or _shared_pool_problem(
         [program, program], config, []
     )
@@ -264,7 +318,12 @@ def check(config: CheckConfig) -> CheckResult:
                 return PropertyFinding(NAME, "target-bug", problem, programs[0], config.seed)
             return None
 
-        witness = body(([WITNESS, WITNESS], True))
+        witness = None
+        for program in _witnesses(config):
+            problem = _witness_problem(program, config, held)
+            if problem is not None:
+                witness = PropertyFinding(NAME, "target-bug", problem, program, config.seed)
+                break
         strategy = st.tuples(
             st.lists(program_strategy(config), min_size=2, max_size=3), st.just(True)
         )
@@ -282,6 +341,6 @@ def check(config: CheckConfig) -> CheckResult:
                 )
             )
         findings.append(out_of_order_demonstration(config))
-        return examples + 1, findings
+        return examples + len(_witnesses(config)), findings
 
     return timed(NAME, run)

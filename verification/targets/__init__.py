@@ -4,7 +4,9 @@ A target exposes ``BreakableCUDAGraphCapture`` (a capture context manager taking
 with ``add_eager``, ``replay`` and ``current``) and ``eager_break_during_capture`` (the
 break decorator). :func:`load_target` checks those names and raises
 :class:`~verification.devices.UsageError` naming whatever is missing. The target's break
-contract is the one it declares (see :mod:`verification.contracts`) unless overridden.
+contract is the one it declares (see :mod:`verification.contracts`) unless overridden. A
+target that promises to keep no capture intermediate it was given alive declares
+:data:`RELEASE_DECLARATION`; holding one is then a bug, not memory held.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from verification.devices import UsageError
 
 DEFAULT_TARGET = "breakable_cudagraph"
 REQUIRED_CAPTURE_METHODS = ("add_eager", "replay", "current")
+# ``RELEASES_BREAK_ARGUMENTS = True``: a tensor made inside the capture and given to a break
+# dies when its caller drops it, while the capture lives (held by a non-owning alias).
+RELEASE_DECLARATION = "RELEASES_BREAK_ARGUMENTS"
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,10 @@ class Target:
     @property
     def supports_tensor_returns(self) -> bool:
         return self.contract.refreshes_returns
+
+    @property
+    def releases_break_arguments(self) -> bool:
+        return getattr(self.module, RELEASE_DECLARATION, False) is True
 
     @property
     def BreakableCUDAGraphCapture(self) -> Any:

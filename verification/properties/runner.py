@@ -1,0 +1,250 @@
+"""Property 7, the runner: ``BreakableGraphRunner`` captures once per input signature and
+replays, with results equal to eager.
+
+Only targets whose module has a ``BreakableGraphRunner`` are checked (others are reported
+not applicable). A drawn program is wrapped in a function of its inputs plus a tensor
+``extra`` and a number ``scale``, and the runner is called with repeated and new signatures
+(another scale, dtype, shape or strides of ``extra``, inputs by keyword). Every result must
+equal eager; a new signature must run the function again (warm-up and capture), a repeated
+one must not run it at all and must return the very objects of its first call;
+``debug=True`` must stay silent; the caller's stream must be current after each call; every
+capture must allocate in the runner's pool. With graphs disabled the results must still
+equal eager and each repeated call runs the function once. A fixed scenario checks that
+``debug=True`` reports a moved static output and that without it nothing is checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from verification.execute import BreakLog, run_eager, run_steps, step_callables
+from verification.oracle import compare, program_tolerance
+from verification.programs import Program, default_ops, make_inputs, op_table
+from verification.properties.base import (
+    CheckConfig,
+    CheckResult,
+    PropertyFinding,
+    program_strategy,
+    search,
+    timed,
+)
+from verification.properties.runs import DEFAULT_POOL
+
+NAME = "runner"
+RUNNER = "BreakableGraphRunner"
+# An example costs about five fuzz examples (six captures): the budget is divided by this.
+COST = 5
+# RNG ops are left out: warm-up, capture and replay each draw, so no seed lines them up
+# with one eager run.
+OPS = tuple(spec for spec in default_ops() if not spec.rng)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of the runner: the values' seed and how ``extra`` and the inputs are passed."""
+
+    label: str
+    seed: int
+    scale: int = 2
+    dtype: torch.dtype = torch.float32
+    shape: tuple[int, ...] = (4,)
+    strided: bool = False
+    by_keyword: bool = False
+    repeats: str | None = None  # the label of the earlier call with the same signature
+
+
+# Graph mode: every part of a signature changes once, and the first one comes back twice.
+GRAPH_CALLS = (
+    Call("first", 1),
+    Call("repeat", 2, repeats="first"),
+    Call("new scale", 3, scale=3),
+    Call("new dtype", 4, dtype=torch.float64),
+    Call("new shape", 5, shape=(2, 3)),
+    Call("new strides", 6, strided=True),
+    Call("inputs by keyword", 7, by_keyword=True),
+    Call("first again", 8, repeats="first"),
+)
+EAGER_CALLS = (
+    Call("first", 1),
+    Call("repeat", 2, repeats="first"),
+    Call("new scale", 3, scale=3),
+    Call("first again", 4, repeats="first"),
+)
+
+
+def runner_class(config: CheckConfig) -> Any:
+    return getattr(config.target.module, RUNNER, None)
+
+
+@dataclass(repr=False)
+class Wrapped:
+    """The drawn program as the function a runner wraps; ``calls`` counts its runs."""
+
+    program: Program
+    config: CheckConfig
+    calls: int = 0
+    table: dict[str, Any] = field(init=False)
+    callables: list[Callable[..., Any]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.table = op_table(OPS)
+        decorate = self.config.target.eager_break_during_capture
+        self.callables = step_callables(self.program, self.table, decorate, BreakLog())
+
+    def __repr__(self) -> str:
+        # Errors the runner raises name it; the program's repr would bury the message.
+        return f"<the drawn program of {len(self.program.steps)} steps>"
+
+    def __call__(self, *args: torch.Tensor, scale: int, extra: torch.Tensor, **named: Any) -> Any:
+        self.calls += 1
+        count = len(self.program.inputs)
+        inputs = [*args, *(named[f"t{i}"] for i in range(len(args), count))]
+        # Clones: warm-up runs on the runner's static inputs, and a program that wrote
+        # into its inputs would see them written once more at capture.
+        outputs = run_steps(self.program, self.table, self.callables, [x.clone() for x in inputs])
+        return [*outputs, extra * scale]
+
+    def arguments(self, call: Call) -> tuple[tuple[Any, ...], dict[str, Any], list[torch.Tensor]]:
+        """(args, kwargs) of ``call`` and the eager results they must give."""
+        device = self.config.device
+        inputs = make_inputs(self.program, self.config.seed + call.seed, device)
+        g = torch.Generator().manual_seed(self.config.seed + call.seed)
+        extra = torch.randn(call.shape, generator=g).to(call.dtype).to(device)
+        if call.strided:
+            wide = torch.zeros((*call.shape[:-1], 2 * call.shape[-1]), dtype=call.dtype)
+            extra = wide.to(device)[..., ::2].copy_(extra)
+        expected = run_eager(self.program, self.table, inputs, 0, self.config.kind)
+        expected.append(extra * call.scale)
+        kwargs: dict[str, Any] = {"scale": call.scale, "extra": extra}
+        if call.by_keyword:
+            kwargs.update({f"t{i}": x for i, x in enumerate(inputs)})
+            return (), kwargs, expected
+        return tuple(inputs), kwargs, expected
+
+
+def _pool_of(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """The graph pool ``tensor``'s memory lies in, or None (the default pool)."""
+    address = tensor.untyped_storage().data_ptr()
+    for segment in torch.cuda.memory_snapshot():
+        pool = tuple(segment.get("segment_pool_id") or DEFAULT_POOL)
+        if pool != DEFAULT_POOL and segment["address"] <= address < segment["address"] + int(
+            segment["total_size"]
+        ):
+            return pool  # type: ignore[return-value]
+    return None
+
+
+def _sequence_problem(program: Program, config: CheckConfig, graphs: bool) -> str | None:
+    """Calls a runner of ``program`` through GRAPH_CALLS (or EAGER_CALLS with graphs off)."""
+    fn = Wrapped(program, config)
+    pool = torch.cuda.graph_pool_handle() if graphs else None
+    options = {"pool": pool, "debug": True} if graphs else {"enabled": False}
+    mode = "graphs on" if graphs else "graphs disabled"
+    try:
+        runner = runner_class(config)(fn, **options)
+    except Exception as error:
+        return f"{mode}: making a runner with {sorted(options)} raised {error!r}"
+    tol = program_tolerance(program, fn.table)
+    first: dict[str, Any] = {}
+    caller = torch.cuda.Stream()
+    caller.wait_stream(torch.cuda.current_stream())
+    for call in GRAPH_CALLS if graphs else EAGER_CALLS:
+        args, kwargs, expected = fn.arguments(call)
+        where = f"{mode}, call {call.label!r}"
+        before = fn.calls
+        with torch.cuda.stream(caller):
+            try:
+                result = runner(*args, **kwargs)
+            except Exception as error:
+                return f"{where}: the runner raised {error!r}"
+            if torch.cuda.current_stream() != caller:
+                return f"{where}: the caller's stream is not current after the call"
+        torch.cuda.current_stream().wait_stream(caller)
+        torch.cuda.synchronize()
+        ran = fn.calls - before
+        if call.repeats is None and ran < 2:
+            return (
+                f"{where}: a new signature ran the function {ran} times, expected a warm-up "
+                "run and a capture"
+            )
+        if not isinstance(result, list) or len(result) != len(expected):
+            return f"{where}: returned {type(result).__name__}, expected {len(expected)} tensors"
+        if call.repeats is not None:
+            if ran != (0 if graphs else 1):
+                return f"{where}: a repeated signature ran the function {ran} times"
+            if any(a is not b for a, b in zip(result, first[call.repeats])):
+                return f"{where}: a repeated signature returned other tensors than its first call"
+        else:
+            first[call.label] = list(result)
+            if graphs and _pool_of(result[-1]) != tuple(pool):
+                return f"{where}: the capture did not allocate in the runner's pool {pool}"
+        for index, (actual, want) in enumerate(zip(result, expected)):
+            problem = compare(actual, want, tol)
+            if problem is not None:
+                return f"{where}: output {index}: {problem}"
+    return None
+
+
+def runner_problem(program: Program, config: CheckConfig) -> str | None:
+    return _sequence_problem(program, config, graphs=True) or _sequence_problem(
+        program, config, graphs=False
+    )
+
+
+def debug_problem(config: CheckConfig) -> str | None:
+    """``debug=True`` reports a static output moved by the caller; without it, no check runs.
+    Without a ``pool``, the captures of two signatures share one."""
+    runner = runner_class(config)
+    x = torch.randn(8, device=config.device)
+    for debug in (True, False):
+        try:
+            run = runner(lambda t: t * 2, debug=True) if debug else runner(lambda t: t * 2)
+            run(x)
+            out = run(x)
+            other = run(x[:4])
+        except Exception as error:
+            return f"debug={debug}: a runner whose buffers never moved raised {error!r}"
+        pools = {_pool_of(out), _pool_of(other)}
+        if len(pools) != 1 or None in pools:
+            return f"the captures of two signatures of one runner lie in graph pools {pools}"
+        out.set_(torch.empty_like(out))  # the caller moves the static output
+        try:
+            run(x)
+        except RuntimeError:
+            if not debug:
+                return "a runner without debug=True checked its buffers and raised"
+        else:
+            if debug:
+                return "a runner with debug=True did not report a static output that moved"
+    return None
+
+
+def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's program (a reproducer calls this)."""
+    return runner_problem(program, config) or debug_problem(config)
+
+
+def check(config: CheckConfig) -> CheckResult:
+    if runner_class(config) is None:
+        return CheckResult(NAME, 0, 0.0, not_applicable=f"the target has no {RUNNER}")
+
+    def run() -> tuple[int, list[PropertyFinding]]:
+        def body(program: Program) -> PropertyFinding | None:
+            problem = runner_problem(program, config)
+            if problem is None:
+                return None
+            return PropertyFinding(NAME, "target-bug", problem, program, config.seed)
+
+        strategy = program_strategy(config, ops=OPS)
+        examples, found = search(config, strategy, body, max(1, config.examples // COST))
+        if found is not None:
+            return examples, [found]
+        problem = debug_problem(config)
+        found = None if problem is None else PropertyFinding(NAME, "target-bug", problem)
+        return examples + 1, [found] if found else []
+
+    return timed(NAME, run)
