@@ -884,6 +884,41 @@ def test_thread_local_mode_synchronize_from_another_thread_invalidates(bcg_devic
     assert "error" in box
 
 
+@pytest.mark.parametrize("free", ["reset", "collect"])
+@pytest.mark.parametrize("mode", ["global", "thread_local", "relaxed"])
+def test_freeing_a_graph_during_a_capture_breaks_it_unless_relaxed(bcg_device, mode, free):
+    # bench/probes/reset_during_capture.py on the H200: destroying a captured graph is a
+    # potentially unsafe call. It only warns, and the open capture then fails (on the GPU at
+    # its next op already). The cyclic collector freeing a graph held in a cycle does the same.
+    x = torch.ones(4, device=bcg_device)
+    old, _ = _capture(lambda: x * 2)
+    holder: list = [old]
+    holder.append(holder)  # only the collector can free it now
+    box = {"holder": holder}
+    del old, holder
+    outputs = []
+
+    def body(g):
+        y = x + 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if free == "reset":
+                box["holder"][0].reset()
+            else:
+                box.clear()
+                gc.collect()
+        outputs.append(y * 3)
+
+    if mode == "relaxed":
+        g = _in_capture(body, mode=mode)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(outputs[0], torch.full_like(x, 6.0))
+    else:
+        with pytest.raises(RuntimeError, match=PREVIOUS_ERROR):
+            _in_capture(body, mode=mode)
+
+
 @pytest.mark.parametrize(
     "seed",
     [lambda s: torch.manual_seed(s), lambda s: torch.cuda.manual_seed(s)],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 from types import SimpleNamespace
@@ -11,6 +12,8 @@ import torch
 from hypothesis import strategies as st
 
 from tests.planted_targets import build
+from verification.check_command import run_properties
+from verification.execute import collector_paused
 from verification.fuzz import CampaignConfig, run_isolated
 from verification.ops.spec import OpSpec, TensorMeta
 from verification.oracle import Tolerance, check_program, compare
@@ -141,3 +144,38 @@ def test_child_killed_by_a_signal_is_a_crash_finding(tmp_path, bcg_kind, monkeyp
     assert result.findings[0].violation == "crash"
     assert signal.SIGKILL.name in result.findings[0].message
     assert "def program(" in result.reproducers[0]
+
+
+def _collector_state_recording_target() -> tuple[SimpleNamespace, list[bool]]:
+    """The clean planted target, recording whether the collector is on at each capture."""
+    clean = build(None)
+    seen: list[bool] = []
+
+    class Recording(clean.BreakableCUDAGraphCapture):
+        def __enter__(self):
+            seen.append(gc.isenabled())
+            return super().__enter__()
+
+    return SimpleNamespace(**{**vars(clean), "BreakableCUDAGraphCapture": Recording}), seen
+
+
+@pytest.mark.parametrize("prop", [None, "pool", "nested", "stream-order", "faults"])
+def test_harness_captures_with_the_collector_paused(bcg_device, bcg_kind, prop):
+    # Freeing an old graph inside an open capture breaks it on a GPU (tests/
+    # test_graph_semantics.py), and the collector frees graphs held in cycles whenever it runs.
+    target, seen = _collector_state_recording_target()
+    if prop is None:
+        assert check_program(TWO_BREAKS, load_target(target), bcg_device, ops=OPS) is None
+    else:
+        run_properties(prop, load_target(target), bcg_kind, examples=2)
+    assert seen and not any(seen), seen
+    assert gc.isenabled()
+
+
+def test_collector_pauses_nest_and_the_last_one_out_restores_it():
+    assert gc.isenabled()
+    with collector_paused():
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()

@@ -8,8 +8,11 @@ once, all from a side stream of its own, and replays on demand.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Mapping, Sequence
+import gc
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -133,6 +136,36 @@ def run_eager(
     return run_steps(program, table, callables, [x.clone() for x in inputs])
 
 
+_collector_lock = threading.Lock()
+_collector_pauses = 0
+_collector_was_enabled = True
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Keeps Python's cyclic collector from running while the harness captures.
+
+    The collector frees graphs that earlier examples left in reference cycles, and freeing a
+    captured graph while a capture is open breaks that capture on a GPU
+    (``bench/probes/reset_during_capture.py``): a failure of no target's making, seen as a
+    false ``nested`` finding under ``pytest -n auto`` on the H200. Counted, so that captures
+    in several threads (the ``threads`` property) re-enable it only when the last one ends.
+    """
+    global _collector_pauses, _collector_was_enabled
+    with _collector_lock:
+        if _collector_pauses == 0:
+            _collector_was_enabled = gc.isenabled()
+            gc.disable()
+        _collector_pauses += 1
+    try:
+        yield
+    finally:
+        with _collector_lock:
+            _collector_pauses -= 1
+            if _collector_pauses == 0 and _collector_was_enabled:
+                gc.enable()
+
+
 class CapturedProgram:
     """A program captured once by ``target`` on static inputs, ready to replay."""
 
@@ -159,7 +192,7 @@ class CapturedProgram:
             self.log.take()
             self.capture = target.BreakableCUDAGraphCapture()
             seed_rng(rng_seed, device)
-            with self.capture:
+            with collector_paused(), self.capture:
                 self.outputs = run_steps(program, table, callables, self.static_inputs)
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.execute import collector_paused
 from verification.finding_kinds import register_finding_kind
 from verification.programs import Program
 from verification.properties.base import (
@@ -302,7 +303,7 @@ def warning_problem(config: CheckConfig) -> str | None:
         with warnings.catch_warnings(record=True) as caught, torch.cuda.stream(side):
             warnings.simplefilter("always")
             capture = target.BreakableCUDAGraphCapture()
-            with capture:
+            with collector_paused(), capture:
                 y = x * 2
                 halve(y)
                 y.add_(1)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.execute import collector_paused
 from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
@@ -129,7 +130,7 @@ def _nested_decorated_problem(config: CheckConfig) -> str | None:
     try:
         with torch.cuda.stream(side):
             capture = target.BreakableCUDAGraphCapture()
-            with capture:
+            with collector_paused(), capture:
                 y = x + 1
                 outer(y, out)
                 z = out * 3

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.execute import run_steps
+from verification.execute import collector_paused, run_steps
 from verification.ops.spec import TensorMeta
 from verification.programs import Program, Step, make_inputs, op_table
 from verification.properties.base import (
@@ -227,12 +227,12 @@ def out_of_order_demonstration(config: CheckConfig) -> PropertyFinding:
     on_side = {"stream": side} if accepts_stream else {}
     with torch.cuda.stream(side):
         first = target.BreakableCUDAGraphCapture(pool=pool, **on_side)
-        with first:
+        with collector_paused(), first:
             temporary = x * 2  # 512 bytes, freed at the end of the capture
             out1 = temporary + 1
             del temporary
         second = target.BreakableCUDAGraphCapture(pool=pool, **on_side)
-        with second:
+        with collector_paused(), second:
             out2 = x + 3  # may take the first capture's freed temporary
     torch.cuda.current_stream().wait_stream(side)
     expected = x + 3

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from verification.execute import BreakLog, run_eager, run_steps, step_callables
+from verification.execute import BreakLog, collector_paused, run_eager, run_steps, step_callables
 from verification.oracle import compare, program_tolerance
 from verification.programs import Program, default_ops, make_inputs, op_table
 from verification.properties.base import (
@@ -156,7 +156,7 @@ def _sequence_problem(program: Program, config: CheckConfig, graphs: bool) -> st
         args, kwargs, expected = fn.arguments(call)
         where = f"{mode}, call {call.label!r}"
         before = fn.calls
-        with torch.cuda.stream(caller):
+        with torch.cuda.stream(caller), collector_paused():
             try:
                 result = runner(*args, **kwargs)
             except Exception as error:

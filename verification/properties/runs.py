@@ -14,7 +14,14 @@ from typing import Any
 
 import torch
 
-from verification.execute import BreakLog, run_eager, run_steps, seed_rng, step_callables
+from verification.execute import (
+    BreakLog,
+    collector_paused,
+    run_eager,
+    run_steps,
+    seed_rng,
+    step_callables,
+)
 from verification.ops.spec import OpSpec
 from verification.oracle import compare, program_tolerance
 from verification.programs import Program, make_inputs, op_table
@@ -71,7 +78,7 @@ class ProgramRun:
                 self.log.take()
                 self.capture = target.BreakableCUDAGraphCapture(**kwargs)
                 self._seed(seed)
-                with self.capture:
+                with collector_paused(), self.capture:
                     self.outputs = run_steps(
                         program, self.table, self.callables, self.static_inputs, hook
                     )

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from verification.execute import collector_paused
 from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
@@ -77,7 +78,7 @@ def witness_problem(config: CheckConfig) -> str | None:
         h = x * 2
         late_writer(h, out)
         capture = target.BreakableCUDAGraphCapture()
-        with capture:
+        with collector_paused(), capture:
             _sleep(kind)
             h = x * 2
             late_writer(h, out)

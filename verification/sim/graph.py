@@ -100,6 +100,23 @@ class CUDAGraph:
         return id(self)
 
     def reset(self) -> None:
+        session = state.session
+        if self._steps is not None and session is not None:
+            # Destroying a captured graph is a potentially unsafe call. On the H200 (torch
+            # 2.11, bench/probes/reset_during_capture.py) it only warns, and every capture
+            # that forbids it, the calling stream's own included, fails at its next op. The
+            # cyclic collector freeing an old graph mid-capture does the same.
+            broken = [
+                capture
+                for capture in session.captures_forbidding_unsafe_calls()
+                if capture.active and capture is not self._capture
+            ]
+            if broken:
+                warnings.warn(
+                    cuda_errors.NOT_PERMITTED.replace("CUDA error", "CUDA warning"), stacklevel=2
+                )
+            for capture in broken:
+                capture.invalidate()
         if self._capture is not None:
             self._capture.finish()
             if state.session is not None:

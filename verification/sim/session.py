@@ -44,20 +44,22 @@ class Session:
             self._graph_side_stream = Stream()
         return self._graph_side_stream
 
-    def check_unsafe_call(self) -> None:
-        """Raises for a potentially unsafe call (cudaMalloc, sync) that a capture forbids.
-
-        A "global" capture forbids them in every thread not capturing into it, a
-        "thread_local" one only in the thread that began it, "relaxed" nowhere.
-        """
-        mine = current_stream().capture
+    def captures_forbidding_unsafe_calls(self) -> list[Any]:
+        """The open captures that a potentially unsafe call made in this thread (cudaMalloc, a
+        sync, destroying a graph) breaks: every "global" one, and the "thread_local" ones
+        this thread began; "relaxed" ones never."""
         me = threading.get_ident()
-        for capture in list(self.captures):
-            if capture is mine:
-                continue
-            if capture.mode == "global" or (
-                capture.mode == "thread_local" and capture.thread == me
-            ):
+        return [
+            capture
+            for capture in self.captures
+            if capture.mode == "global" or (capture.mode == "thread_local" and capture.thread == me)
+        ]
+
+    def check_unsafe_call(self) -> None:
+        """Raises for a potentially unsafe call that a capture on another stream forbids."""
+        mine = current_stream().capture
+        for capture in self.captures_forbidding_unsafe_calls():
+            if capture is not mine:
                 capture.invalidate()
                 raise RuntimeError(cuda_errors.NOT_PERMITTED)
 
