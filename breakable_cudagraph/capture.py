@@ -4,7 +4,9 @@ Inside ``with capture:`` work is captured into a graph segment on a side stream;
 ``add_eager(fn)`` ends the segment, runs ``fn`` eagerly, records it and begins the next segment.
 ``replay()`` runs the chain in order on the current stream. All segments share one memory pool.
 An exception anywhere inside the block aborts cleanly: no stream is left capturing, the caller's
-stream and the thread's state are restored, and the original exception propagates.
+stream and the thread's state are restored, and the original exception propagates. While a
+capture is open Python's cyclic collector is paused (``collector``): it would otherwise free
+graphs held in reference cycles mid-capture, which breaks the capture on a GPU.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from . import thread_state
+from . import collector, thread_state
 from .arguments import PoolMemory, hold_call_arguments, hold_for_replay
 from .segments import EagerStep, GraphSegment, copy_result_back, end_graph
 from .switch import graphs_disabled
@@ -140,6 +142,7 @@ class BreakableCUDAGraphCapture:
         self._stream: torch.cuda.Stream | None = None
         self._stream_context: Any = None
         self._eager_step_error: BaseException | None = None
+        self._collector_paused = False
 
     # ---- thread-local view -------------------------------------------------------------------
     @classmethod
@@ -201,6 +204,8 @@ class BreakableCUDAGraphCapture:
         thread_state.set_active_capture(self)
         self._state = _State.EAGER if eager else _State.CAPTURING
         if not eager:
+            collector.pause()
+            self._collector_paused = True
             try:
                 self._begin_graph()
             except BaseException as exc:
@@ -233,6 +238,7 @@ class BreakableCUDAGraphCapture:
             self._abort(error)
             raise
         self._close_streams()
+        self._resume_collector()
         thread_state.set_active_capture(None)
         self._state = _State.CAPTURED
         self._settle_empty_graphs()
@@ -411,6 +417,11 @@ class BreakableCUDAGraphCapture:
             graph.reset()
         del self._empty_graphs[keep:]
 
+    def _resume_collector(self) -> None:
+        if self._collector_paused:
+            self._collector_paused = False
+            collector.resume()
+
     def _close_streams(self) -> None:
         context, self._stream_context = self._stream_context, None
         if context is not None:
@@ -446,5 +457,6 @@ class BreakableCUDAGraphCapture:
         finally:
             self._empty_graphs.clear()
             self._segments.clear()
+            self._resume_collector()
             thread_state.set_active_capture(None)
             self._state = _State.FAILED

@@ -395,3 +395,53 @@ def test_chain_opening_with_a_break_replays_its_fresh_result_into_the_graph_afte
     x.fill_(5.0)
     capture.replay()
     assert torch.equal(out, torch.full_like(x, 11.0))
+
+
+def test_collector_is_off_while_a_capture_is_open_and_back_after_it_closes(
+    bcg_device: str,
+) -> None:
+    # Freeing a captured graph inside an open capture breaks it on a GPU
+    # (test_graph_semantics.py); the collector frees graphs held in cycles at any allocation.
+    x = torch.ones(4, device=bcg_device)
+    seen: list[bool] = []
+    assert gc.isenabled()
+    with BreakableCUDAGraphCapture():
+        seen.append(gc.isenabled())
+        x * 2
+    seen.append(gc.isenabled())
+    with pytest.raises(ValueError):
+        with BreakableCUDAGraphCapture():
+            seen.append(gc.isenabled())
+            raise ValueError("abort")
+    seen.append(gc.isenabled())
+    with BreakableCUDAGraphCapture(enabled=False):
+        seen.append(gc.isenabled())  # nothing is captured, nothing to protect
+    assert seen == [False, True, False, True, True]
+
+
+def test_collector_stays_off_until_the_last_of_two_threads_captures_closes(
+    bcg_device: str,
+) -> None:
+    x = torch.ones(4, device=bcg_device)
+    opened, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def other_thread() -> None:
+        try:
+            with BreakableCUDAGraphCapture(capture_error_mode="thread_local"):
+                x + 1
+                opened.set()
+                release.wait(30)
+        except BaseException as error:  # reported to the main thread
+            errors.append(error)
+            opened.set()
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    opened.wait(30)
+    with BreakableCUDAGraphCapture(capture_error_mode="thread_local"):
+        x * 2
+    still_off = not gc.isenabled()
+    release.set()
+    thread.join(30)
+    assert not errors and still_off and gc.isenabled()

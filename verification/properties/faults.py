@@ -150,7 +150,7 @@ def _generator_left_capturing(device: str) -> bool:
             raise
     side = torch.cuda.Stream()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(side), warnings.catch_warnings():
+    with torch.cuda.stream(side), warnings.catch_warnings(), collector_paused():
         warnings.simplefilter("ignore")  # "The CUDA Graph is empty"
         graph.capture_begin(pool=torch.cuda.graph_pool_handle())
         graph.capture_end()
@@ -164,7 +164,7 @@ def _anchor(pool: Any, device: str) -> torch.cuda.CUDAGraph:
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(side):
+    with torch.cuda.stream(side), collector_paused():
         graph.capture_begin(pool=pool)
         x.add_(1)
         graph.capture_end()

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from verification.execute import collector_paused
 from verification.properties.runs import DEFAULT_POOL, in_graph_pool
 
 
@@ -128,7 +129,7 @@ def scribble_freed(pool: Any, kind: str, device: str) -> None:
     graph = torch.cuda.CUDAGraph()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
+    with torch.cuda.stream(side), collector_paused():
         graph.capture_begin(pool=pool)
         try:
             filled = _poisoned(pool_sizes, device)

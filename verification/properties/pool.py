@@ -109,11 +109,12 @@ def _one_graph_pool_bytes(program: Program, config: CheckConfig) -> int:
     with torch.cuda.stream(side):
         run_steps(program, table, callables, static)
         before = graph_pool_bytes()
-        graph.capture_begin(pool=torch.cuda.graph_pool_handle())
-        try:
-            outputs = run_steps(program, table, callables, static)
-        finally:
-            graph.capture_end()
+        with collector_paused():
+            graph.capture_begin(pool=torch.cuda.graph_pool_handle())
+            try:
+                outputs = run_steps(program, table, callables, static)
+            finally:
+                graph.capture_end()
         used = graph_pool_bytes() - before
     torch.cuda.current_stream().wait_stream(side)
     del outputs, static
