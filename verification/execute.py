@@ -150,6 +150,8 @@ def collector_paused() -> Iterator[None]:
     (``bench/probes/reset_during_capture.py``): a failure of no target's making, seen as a
     false ``nested`` finding under ``pytest -n auto`` on the H200. Counted, so that captures
     in several threads (the ``threads`` property) re-enable it only when the last one ends.
+    The library has its own copy (``breakable_cudagraph.collector``): the harness must not
+    run on code it may be judging, and ``mutate`` swaps that package for mutants.
     """
     global _collector_pauses, _collector_was_enabled
     with _collector_lock:
