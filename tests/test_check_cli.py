@@ -111,3 +111,34 @@ def test_a_property_process_that_exits_without_a_result_says_what_it_last_said(m
     (finding,) = result.findings
     assert "exited 1 with no result" in finding.message
     assert finding.message.endswith("AssertionError: segment not open")
+
+
+def test_an_exception_escaping_a_check_is_one_finding_blamed_where_it_was_raised(
+    tmp_path, monkeypatch
+):
+    # breakable-cuda-graphs 0.1.0 asserts inside some breaks; check all used to end in that
+    # traceback. Raised in the harness's own code it is a harness error, else the target's.
+    import importlib
+
+    from verification.finding_kinds import fails_certificate
+    from verification.properties.base import timed
+
+    (tmp_path / "asserting_target.py").write_text(
+        "import torch\n\ndef fail():\n    torch.ones(1).apply_(lambda v: 1 / 0)\n"
+        "    return 0, []\n\ndef asserts():\n    assert False, 'graph_ctx is not None'\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("asserting_target")
+
+    def harness_fails() -> tuple[int, list]:
+        fails_certificate("no-such-kind")  # raises inside verification/
+        return 0, []
+
+    for run, kind in (
+        (module.asserts, "target-bug"),
+        (module.fail, "target-bug"),  # raised through torch, from the target's call
+        (harness_fails, "harness-error"),
+    ):
+        result = timed("pool", run)
+        assert [(f.kind, f.prop) for f in result.findings] == [(kind, "pool")], result
+        assert "the check raised" in result.findings[0].message

@@ -3,6 +3,8 @@ per segment, closures kept alive forever, and reports strongly held arguments as
 
 from __future__ import annotations
 
+import dataclasses
+
 from tests.property_checks import check, failing
 from verification.properties.base import CheckConfig
 from verification.properties.pool import out_of_order_demonstration
@@ -54,3 +56,27 @@ def test_tensors_held_through_a_list_argument_are_found(bcg_kind, tmp_path):
 def test_a_break_argument_that_is_neither_tensor_nor_container_is_kept_as_is(bcg_kind, tmp_path):
     findings = failing(check("pool", "every_object_opened_as_a_dataclass", bcg_kind, tmp_path))
     assert findings and "raised" in findings[0].message, findings
+
+
+def test_a_drawn_program_the_target_raises_on_is_a_finding_not_a_crash(bcg_kind, bcg_device):
+    # breakable-cuda-graphs 0.1.0 asserts inside a break of some drawn programs; the pool
+    # check used to end in that traceback instead of a finding.
+    from types import SimpleNamespace
+
+    import torch
+
+    from tests.planted_targets import build
+    from verification.properties.pool import WITNESS, example
+
+    clean = build(None)
+
+    class Raising(clean.BreakableCUDAGraphCapture):
+        def replay(self) -> None:
+            raise AssertionError("graph_ctx is not None")
+
+    target = load_target(SimpleNamespace(**{**vars(clean), "BreakableCUDAGraphCapture": Raising}))
+    config = CheckConfig(target, bcg_kind, bcg_device, 1)
+    drawn = dataclasses.replace(WITNESS, steps=WITNESS.steps[:5], outputs=(3,))  # not a witness
+    problem = example(drawn, {}, config)
+    assert problem is not None and "the target raised AssertionError" in problem, problem
+    assert not torch.cuda.is_current_stream_capturing()

@@ -290,6 +290,16 @@ def _witness_problem(program: Program, config: CheckConfig, held: list[int]) -> 
     return problem
 
 
+def _drawn_problem(programs: list[Program], config: CheckConfig, held: list[int]) -> str | None:
+    """One ratio per example (each costs three captures and three collections), then sharing."""
+    try:
+        return _ratio_problem(programs[0], config, held) or _shared_pool_problem(
+            programs, config, held
+        )
+    except Exception as error:  # a drawn program the target cannot take is its finding
+        return f"the target raised {error!r}"
+
+
 def _witnesses(config: CheckConfig) -> list[Program]:
     return [WITNESS, ARGUMENT_WITNESS] if config.target.supports_tensor_returns else [WITNESS]
 
@@ -298,9 +308,7 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
     """Re-checks one finding's program (a reproducer calls this)."""
     if program in (WITNESS, ARGUMENT_WITNESS):
         return _witness_problem(program, config, [])
-    return _ratio_problem(program, config, []) or _shared_pool_problem(
-        [program, program], config, []
-    )
+    return _drawn_problem([program, program], config, [])
 
 
 def check(config: CheckConfig) -> CheckResult:
@@ -310,14 +318,10 @@ def check(config: CheckConfig) -> CheckResult:
 
         def body(drawn: tuple[list[Program], bool]) -> PropertyFinding | None:
             programs, _ = drawn
-            # One ratio per example: each costs three captures and three collections.
-            problem = _ratio_problem(programs[0], config, held)
-            if problem is not None:
-                return PropertyFinding(NAME, "target-bug", problem, programs[0], config.seed)
-            problem = _shared_pool_problem(programs, config, held)
-            if problem is not None:
-                return PropertyFinding(NAME, "target-bug", problem, programs[0], config.seed)
-            return None
+            problem = _drawn_problem(programs, config, held)
+            if problem is None:
+                return None
+            return PropertyFinding(NAME, "target-bug", problem, programs[0], config.seed)
 
         witness = None
         for program in _witnesses(config):
