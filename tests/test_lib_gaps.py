@@ -445,3 +445,71 @@ def test_collector_stays_off_until_the_last_of_two_threads_captures_closes(
     release.set()
     thread.join(30)
     assert not errors and still_off and gc.isenabled()
+
+
+class _Marked(torch.Tensor):
+    """A tensor subclass, as models carry (quantized or distributed tensor wrappers)."""
+
+
+def test_tensor_subclass_made_in_the_pool_reaches_the_break_as_it_was_given(
+    bcg_device: str,
+) -> None:
+    # Only plain tensors are aliased: an alias of a subclass would lose what the subclass
+    # carries (here a Python attribute), so a subclass is held as it is.
+    x = torch.ones(4, device=bcg_device)
+    out = torch.empty_like(x)
+    seen: list[tuple[type, object]] = []
+
+    @eager_break_during_capture
+    def record(t: torch.Tensor) -> None:
+        seen.append((type(t), getattr(t, "tag", None)))
+        out.copy_(t.as_subclass(torch.Tensor))
+
+    with BreakableCUDAGraphCapture() as capture:
+        marked = (x * 2).as_subclass(_Marked)
+        marked.tag = "scale 2"
+        record(marked)
+    capture.replay()
+    assert seen == [(_Marked, "scale 2")] * 2
+
+
+def test_a_disabled_capture_that_raises_leaves_the_collector_pause_balanced(
+    bcg_device: str,
+) -> None:
+    x = torch.ones(4, device=bcg_device)
+    with pytest.raises(ValueError):
+        with BreakableCUDAGraphCapture(enabled=False):
+            raise ValueError("abort")
+    seen: list[bool] = []
+    with BreakableCUDAGraphCapture():
+        seen.append(gc.isenabled())
+        x * 2
+    assert seen == [False] and gc.isenabled()
+
+
+@pytest.mark.parametrize("at_capture", ["tensor", "none"])
+def test_replaying_segment_by_segment_checks_what_each_break_returns(
+    bcg_device: str, at_capture: str
+) -> None:
+    # capture.segments are public and each replays on its own, as the chain does.
+    x = torch.ones(4, device=bcg_device)
+    returns = {"value": at_capture}
+
+    @eager_break_during_capture
+    def sometimes(t: torch.Tensor) -> torch.Tensor | None:
+        return t * 3 if returns["value"] == "tensor" else None
+
+    with BreakableCUDAGraphCapture() as capture:
+        y = x + 1
+        got = sometimes(y)
+        z = (got if got is not None else y) * 2
+    x.fill_(2.0)
+    for segment in capture.segments:
+        segment.replay()
+    if at_capture == "tensor":
+        assert torch.equal(z, torch.full_like(x, 18.0))
+    returns["value"] = "none" if at_capture == "tensor" else "tensor"
+    steps = capture.segments
+    with pytest.raises(RuntimeError, match="returned"):
+        for segment in steps:
+            segment.replay()
