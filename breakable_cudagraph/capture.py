@@ -312,8 +312,8 @@ class BreakableCUDAGraphCapture:
     ) -> T:
         self._end_graph()
         try:
-            # enter/exit rather than the eager_step_running context manager: a generator-based
-            # context manager costs more than the rest of the bookkeeping (issue #9).
+            # enter/exit rather than a generator-based context manager, which costs more than
+            # the rest of the bookkeeping (issue #9).
             thread_state.enter_eager_step()
             try:
                 result = fn(*args, **kwargs)
