@@ -186,6 +186,15 @@ class BreakableCUDAGraphCapture:
             raise RuntimeError(
                 "a BreakableCUDAGraphCapture captures only once; create a new one to capture again"
             )
+        if torch.cuda.is_current_stream_capturing():
+            # Refused before any graph exists: a CUDAGraph whose capture_begin fails on a
+            # capturing stream aborts the process when it is freed (H200, torch 2.11,
+            # bench/probes/failed_capture_begin.py).
+            raise RuntimeError(
+                "BreakableCUDAGraphCapture opened while the current stream is already capturing "
+                "(inside torch.cuda.graph?); nested captures are not supported, close that "
+                "capture first"
+            )
         eager = graphs_disabled(self.enabled)
         if not eager and self.gc_collect:
             # Freeing memory for the graph, as torch.cuda.graph does, is opt-in: it costs

@@ -87,13 +87,21 @@ class GraphSegment:
     """One captured, non-empty CUDA graph of the chain."""
 
     def __init__(self, graph: torch.cuda.CUDAGraph) -> None:
-        self.graph = graph
+        self.graph: torch.cuda.CUDAGraph | None = graph
 
     def replay(self) -> None:
+        if self.graph is None:
+            raise RuntimeError("graph segment was released; capture again")
         self.graph.replay()
 
     def release(self) -> None:
-        self.graph.reset()
+        graph, self.graph = self.graph, None
+        if graph is not None:
+            graph.reset()
+        # The graph object itself must go too: until it is destroyed it stays registered with
+        # the CUDA generator, which keeps its graph seed and offset tensors (a 2 MiB segment
+        # on the capture's stream) alive: H200, torch 2.11, when the caller holds
+        # capture.segments after reset().
 
     def __repr__(self) -> str:
         return "GraphSegment()"

@@ -66,8 +66,17 @@ class _Capture:
         graph.capture_end()
 
     def __enter__(self) -> _Capture:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("nested capture: the current stream is already capturing")
         _ACTIVE.append(self)
-        self._begin()
+        try:
+            self._begin()
+        except BaseException:
+            # Left in _ACTIVE, a capture whose begin failed (a nested one, on a GPU) would be
+            # the "current" capture of every later test in the process, and its graph would
+            # live until the interpreter exits.
+            _ACTIVE.remove(self)
+            raise
         return self
 
     def __exit__(

@@ -1102,3 +1102,21 @@ def test_strict_warmup_mode_fails_a_capture_on_a_kernels_first_use(bcg_device, w
         exec(_FIRST_USE, {"WARM": warm})
     outcome = printed.getvalue()
     assert outcome.strip() == "ended" if warm else PREVIOUS_ERROR in outcome
+
+
+@pytest.mark.sim
+def test_capture_begin_on_a_capturing_stream_raises_torchs_register_error(bcg_device):
+    # Simulator only: on the H200 (torch 2.11, bench/probes/failed_capture_begin.py) the same
+    # call raises this, and the CUDAGraph left behind aborts the process when it is freed
+    # ("terminate called ... The graph should be registered to the state"), which the
+    # simulator does not model.
+    x = torch.ones(8, device=bcg_device)
+    s = _side_stream()
+    outer, inner = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        outer.capture_begin()
+        x * 2
+        with pytest.raises(RuntimeError, match="Cannot register the state during capturing"):
+            inner.capture_begin()
+        outer.capture_end()
+    torch.cuda.current_stream().wait_stream(s)

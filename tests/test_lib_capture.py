@@ -68,6 +68,31 @@ def test_nested_capture_raises_and_leaves_outer_intact(bcg_device: str) -> None:
     assert torch.equal(z, torch.full_like(z, 15.0))
 
 
+def test_capture_inside_a_torch_cuda_graph_is_refused_before_any_graph_begins(
+    bcg_device: str,
+) -> None:
+    # Without the check the side stream joins the outer capture and capture_begin fails on
+    # it, leaving a CUDAGraph that aborts the process when freed (H200, torch 2.11).
+    x = torch.zeros(4, device=bcg_device)
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        graph.capture_begin()
+        y = x + 1
+        with pytest.raises(RuntimeError, match="already capturing"):
+            with BreakableCUDAGraphCapture():
+                pass
+        assert BreakableCUDAGraphCapture.current() is None
+        z = y * 3
+        graph.capture_end()
+    torch.cuda.current_stream().wait_stream(side)
+    x.fill_(1.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(z, torch.full_like(z, 6.0))
+
+
 def test_current_and_is_active_track_the_open_capture(bcg_device: str) -> None:
     assert BreakableCUDAGraphCapture.current() is None
     capture = BreakableCUDAGraphCapture()

@@ -18,6 +18,14 @@ def test_planted_nesting_bug_is_found(bcg_kind, tmp_path, bug):
     assert failing(check("nested", bug, bcg_kind, tmp_path))
 
 
+@pytest.mark.sim
+def test_a_nested_capture_refused_only_by_capture_begin_is_found(bcg_kind, tmp_path):
+    # Simulator only: on a GPU the planted bug's failed graph aborts the test process when
+    # freed (H200, torch 2.11, bench/probes/failed_capture_begin.py).
+    findings = failing(check("nested", "nested_capture_begun", bcg_kind, tmp_path))
+    assert any("capture_begin" in f.message for f in findings), findings
+
+
 def test_a_nested_decorated_op_that_crashes_the_capture_is_a_finding(bcg_kind, bcg_device):
     # The PyPI peer's nested-op AssertionError used to escape the check and kill it.
     from tests.vllm_minimal import build

@@ -3,8 +3,9 @@ outer capture stays intact, and a decorated op called inside a decorated op runs
 
 A drawn program is captured; before a drawn step a nested capture is attempted (a new capture
 object, one made beforehand, one inside an ``add_eager`` step, one inside a decorated op).
-It must raise an error naming the capture; the outer capture must then finish, replay equal
-to eager, and leave nothing active or capturing. A decorated op calling another must run the
+It must raise an error naming the capture, before it begins a graph (a graph whose begin failed
+on a capturing stream aborts the process when freed, on a GPU); the outer capture must then
+finish, replay equal to eager, and leave nothing active or capturing. A decorated op calling another must run the
 inner one exactly once per capture and per replay.
 """
 
@@ -26,6 +27,7 @@ from verification.properties.base import (
     timed,
 )
 from verification.properties.runs import ProgramRun
+from verification.sim.cuda_errors import BEGIN_IN_CAPTURE
 
 NAME = "nested"
 PLACES = ("capture", "second-object", "eager-step", "decorated-op")
@@ -96,6 +98,12 @@ def _nested_capture_problem(
     where = f"a nested capture ({place}, before step {at})"
     if attempt.outcome is None:
         return f"{where} was let through"
+    if isinstance(attempt.outcome, BaseException) and BEGIN_IN_CAPTURE in str(attempt.outcome):
+        return (
+            f"{where} was refused only by torch's capture_begin on the capturing stream; on a "
+            "GPU the CUDAGraph that call leaves behind aborts the process when it is freed "
+            "(H200, torch 2.11): refuse a nested capture before beginning a graph"
+        )
     if isinstance(attempt.outcome, BaseException) and not _clear(attempt.outcome):
         return f"{where} raised an unclear error: {attempt.outcome!r}"
     if left is not None:

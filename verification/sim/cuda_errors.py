@@ -20,6 +20,9 @@ EMPTY_GRAPH = (
 REPLAY_WITHOUT_CAPTURE = "Called CUDAGraph::replay without a preceding successful capture."
 ISOLATION = "CUDA error: dependency created on uncaptured work in another stream"
 MERGE = "CUDA error: operation would result in a merge of separate capture sequences"
+# capture_begin on a stream that is already capturing. On the H200 (torch 2.11) the CUDAGraph
+# left behind aborts the process when freed (bench/probes/failed_capture_begin.py).
+BEGIN_IN_CAPTURE = "Cannot register the state during capturing stage."
 REPLAY_IN_CAPTURE = "Cannot prepare for replay during capturing stage."
 RNG_LEFT_CAPTURING = "Offset increment outside graph capture encountered unexpectedly."
 POOL_STILL_RECORDING = "beginAllocateToPool: already recording to mempool_id"

@@ -38,7 +38,7 @@ class CUDAGraph:
         if stream == session.default_stream:
             raise RuntimeError(cuda_errors.DEFAULT_STREAM)
         if stream.capture is not None:
-            raise RuntimeError(cuda_errors.NOT_PERMITTED)
+            raise RuntimeError(cuda_errors.BEGIN_IN_CAPTURE)
         session.rng.capturing = True  # the generators' capture prologue comes first
         with session.lock:
             capture_pool = session.allocator.capture_pool(pool)
