@@ -120,6 +120,33 @@ def _nested_capture_begun(lib: ModuleType) -> None:
     cls.__enter__ = __enter__
 
 
+def _collector_not_paused(lib: ModuleType) -> None:
+    lib.collector.pause = lambda: None
+    lib.collector.resume = lambda: None
+
+
+def _collector_never_resumed(lib: ModuleType) -> None:
+    lib.collector.resume = lambda: None
+
+
+def _no_abort_when_capture_end_raises(lib: ModuleType) -> None:
+    # As if __exit__ let an exception from the last segment's capture_end out without
+    # aborting: the stream context, the active capture and the collector pause stay.
+    cls = lib.BreakableCUDAGraphCapture
+    exit_ = cls.__exit__
+
+    def __exit__(self: Any, exc_type: Any, exc: Any, tb: Any) -> Any:
+        if exc is not None:
+            return exit_(self, exc_type, exc, tb)
+        self._abort = lambda error: None
+        try:
+            return exit_(self, exc_type, exc, tb)
+        finally:
+            del self._abort
+
+    cls.__exit__ = __exit__
+
+
 def _nested_break_recorded_twice(lib: ModuleType) -> None:
     def eager_break_during_capture(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
@@ -303,6 +330,21 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "every warning capture_end raises is swallowed, not only the empty-graph one",
         "faults",
         _capture_end_warnings_swallowed,
+    ),
+    "collector_not_paused": (
+        "the cyclic collector stays on while a capture is open",
+        "faults",
+        _collector_not_paused,
+    ),
+    "collector_never_resumed": (
+        "the cyclic collector is left off after a capture closes",
+        "faults",
+        _collector_never_resumed,
+    ),
+    "no_abort_when_capture_end_raises": (
+        "an exception from the last segment's capture_end leaves the capture open",
+        "faults",
+        _no_abort_when_capture_end_raises,
     ),
     "is_active_on_instances_only": (
         "is_active() is an instance method, so the class cannot answer it",

@@ -3,6 +3,8 @@ the active capture left set after an exception."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.property_checks import check, failing
 
 
@@ -17,6 +19,21 @@ def test_state_left_active_after_an_exception_is_found(bcg_kind, tmp_path):
 
 def test_capture_end_warnings_swallowed_are_found(bcg_kind, tmp_path):
     assert failing(check("faults", "capture_end_warnings_swallowed", bcg_kind, tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("bug", "says"),
+    [
+        ("collector_not_paused", "freed by the cyclic collector"),
+        # Found as left off, or, once the count it never gave back keeps the next capture
+        # from pausing, as not paused.
+        ("collector_never_resumed", "collector"),
+        ("no_abort_when_capture_end_raises", "still active"),
+    ],
+)
+def test_planted_collector_and_capture_end_bugs_are_found(bcg_kind, tmp_path, bug, says):
+    findings = failing(check("faults", bug, bcg_kind, tmp_path))
+    assert findings and says in findings[0].message, findings
 
 
 def test_is_active_that_the_class_cannot_answer_is_found(bcg_kind, tmp_path):

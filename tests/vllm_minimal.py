@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
+from breakable_cudagraph import collector
+
 BUGS: dict[str, str] = {
     "eager_before_graphs": "replay runs every eager step before every graph",
     "args_copied_at_capture": "an eager step replays on copies of its arguments taken at capture",
@@ -70,7 +72,15 @@ class _Capture:
     def __enter__(self) -> _Capture:
         if _Capture.current() is not None:
             raise RuntimeError("a breakable capture is already open in this thread")
-        self._open_segment()  # first: a capture_begin that raises leaves nothing active
+        # The collector must not free an earlier graph mid-capture (the faults check); an
+        # engine may instead keep it off around all its captures. This stand-in borrows the
+        # library's counted pause rather than writing a second one.
+        collector.pause()
+        try:
+            self._open_segment()  # first: a capture_begin that raises leaves nothing active
+        except BaseException:
+            collector.resume()
+            raise
         _active.capture = self
         return self
 
@@ -85,6 +95,7 @@ class _Capture:
                 self._close_segment()
         finally:
             _active.capture = None
+            collector.resume()
 
     def _open_segment(self) -> None:
         graph = torch.cuda.CUDAGraph()

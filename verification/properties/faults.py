@@ -5,7 +5,9 @@ an eager step at capture, in an eager step at replay, at a segment's ``capture_e
 capture-illegal call (a device sync, ``.item()``) in the captured region. Each time the
 exception must propagate, no stream may be left capturing, no capture active, and the next
 capture into the same pool and its replays, and the next replay of a capture that failed
-mid-replay, must equal eager. A warning ``capture_end`` raises must reach the caller.
+mid-replay, must equal eager. A warning ``capture_end`` raises must reach the caller. An
+earlier capture freed by the cyclic collector while a capture is open must not break it (the
+target keeps the collector off while capturing), and the collector must be on again after.
 
 The pool is shared with a live graph throughout, as a serving engine's pool is: torch lets a
 capture into a pool id only while one of its graphs lives. After a capture-illegal call, torch
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -39,6 +42,7 @@ from verification.properties.base import (
     search,
     timed,
 )
+from verification.properties.pool import WITNESS
 from verification.properties.runs import ProgramRun
 
 NAME = "faults"
@@ -51,7 +55,14 @@ TORCH_LIMIT = register_finding_kind(
 ).name
 POOL_LEFT_RECORDING = "already recording to mempool_id"
 RNG_LEFT_CAPTURING = "Offset increment outside graph capture"
-POINTS = ("captured-region", "eager-at-capture", "eager-at-replay", "capture-end", "illegal-call")
+POINTS = (
+    "captured-region",
+    "eager-at-capture",
+    "eager-at-replay",
+    "capture-end",
+    "capture-end-at-exit",
+    "illegal-call",
+)
 INJECTED_WARNING = "a warning injected into capture_end by the checker"
 ILLEGAL_CALLS: dict[str, Callable[[dict[int, torch.Tensor]], Any]] = {
     "synchronize": lambda env: torch.cuda.synchronize(),
@@ -68,7 +79,7 @@ class Injector:
 
     def __init__(self, point: str, nth: int, illegal: str) -> None:
         self.point = point
-        self.nth = nth
+        self.nth = 0 if point == "capture-end-at-exit" else nth  # it happens once a capture
         self.illegal = illegal
         self.phase = "warm-up"
         self.count = 0
@@ -100,22 +111,40 @@ class Injector:
         return faulty
 
     @contextlib.contextmanager
-    def capture_end_faults(self) -> Iterator[None]:
-        """``CUDAGraph.capture_end`` raises after ending the graph at the chosen call."""
+    def capture_end_faults(self, capture_class: type) -> Iterator[None]:
+        """``CUDAGraph.capture_end`` raises after ending the graph at the chosen call; at
+        ``capture-end-at-exit``, at the first one the target's ``__exit__`` makes (the last
+        segment's, which a drawn count rarely reaches)."""
         graph_class = torch.cuda.CUDAGraph
         original = graph_class.capture_end
+        had_exit = "__exit__" in vars(capture_class)
+        original_exit = capture_class.__exit__
 
         def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
             result = original(graph, *args, **kwargs)
-            if self.phase == "capture":
+            if self.phase in ("capture", "exit"):
                 self._maybe("capture-end")
+            if self.phase == "exit":
+                self._maybe("capture-end-at-exit")
             return result
 
+        def exit_(capture: Any, *exc_info: Any) -> Any:
+            self.phase = "exit"
+            try:
+                return original_exit(capture, *exc_info)
+            finally:
+                self.phase = "captured"
+
         graph_class.capture_end = capture_end
+        capture_class.__exit__ = exit_
         try:
             yield
         finally:
             graph_class.capture_end = original
+            if had_exit:
+                capture_class.__exit__ = original_exit
+            else:
+                del capture_class.__exit__
 
 
 def _left_active(target: Any) -> str | None:
@@ -204,7 +233,7 @@ def _faulted_then_recovered(
     propagated: BaseException | None = None
     run: ProgramRun | None = None
     try:
-        with injector.capture_end_faults():
+        with injector.capture_end_faults(target.BreakableCUDAGraphCapture):
             run = ProgramRun(
                 program,
                 target,
@@ -315,6 +344,56 @@ def warning_problem(config: CheckConfig) -> str | None:
     return None
 
 
+def collector_problem(config: CheckConfig) -> str | None:
+    """An earlier capture that only the cyclic collector can free, made garbage while another
+    capture is open, must not break that capture; and the collector is on again afterwards.
+
+    Freeing a graph during a capture breaks the capture on a GPU (``global`` and
+    ``thread_local`` modes; bench/probes/reset_during_capture.py), and the collector runs at
+    any allocation, so a target has to keep it off while capturing. Run without the harness's
+    own pause, with the youngest generation's threshold at 1 so that a collector left on
+    runs at once.
+    """
+    target = config.target
+    was_on, thresholds = gc.isenabled(), gc.get_threshold()
+
+    @target.eager_break_during_capture
+    def halve(t: torch.Tensor) -> None:
+        t.mul_(0.5)
+
+    x = torch.randn(8, device=config.device)
+    side = torch.cuda.Stream()  # targets that capture on the caller's stream need a side one
+    side.wait_stream(torch.cuda.current_stream())
+    old = target.BreakableCUDAGraphCapture()
+    with torch.cuda.stream(side), old:
+        halve(x * 2)
+    gc.collect()
+    try:
+        with torch.cuda.stream(side), target.BreakableCUDAGraphCapture():
+            y = x * 3
+            cycle: list[Any] = [old]
+            cycle.append(cycle)
+            del old, cycle
+            gc.set_threshold(1, *thresholds[1:])
+            _ = [[] for _ in range(64)]  # allocations: a collector left on runs here
+            gc.set_threshold(*thresholds)
+            halve(y)
+            y.add_(1)
+    except Exception as error:
+        return (
+            "an earlier capture held in a reference cycle, freed by the cyclic collector while "
+            f"a capture was open, broke that capture ({error!r}): keep the collector off while "
+            "capturing"
+        )
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.collect()
+        torch.cuda.current_stream().wait_stream(side)
+    if gc.isenabled() != was_on:
+        return "the cyclic collector was left off after the capture closed"
+    return None
+
+
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
     """Re-checks one finding's program (a reproducer calls this)."""
     return _fault_problem(
@@ -338,15 +417,22 @@ def check(config: CheckConfig) -> CheckResult:
             scenario = (("point", point), ("nth", nth % 4), ("illegal", illegal))
             return PropertyFinding(NAME, "target-bug", problem, program, config.seed, scenario)
 
+        # The last segment's capture_end, which __exit__ makes, is always tried once on a fixed
+        # program: a drawn program and point reach it rarely.
+        found = body((WITNESS, "capture-end-at-exit", 0, "synchronize"))
+        if found is not None:
+            return 1, [found]
+
         strategy = st.tuples(
             program_strategy(config),
             st.sampled_from(POINTS),
             st.integers(0, 3),
             st.sampled_from(tuple(ILLEGAL_CALLS)),
         )
-        problem = warning_problem(config)
-        if problem is not None:
-            return 1, [PropertyFinding(NAME, "target-bug", problem)]
+        for fixed in (warning_problem, collector_problem):
+            problem = fixed(config)
+            if problem is not None:
+                return 1, [PropertyFinding(NAME, "target-bug", problem)]
         examples, found = search(config, strategy, body)
         notes = [PropertyFinding(NAME, TORCH_LIMIT, limit) for limit in sorted(limits)]
         return examples, ([found] if found else []) + notes
