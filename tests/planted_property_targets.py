@@ -268,6 +268,61 @@ def _runner_leaves_its_stream(lib: ModuleType) -> None:
     cls.__call__ = __call__
 
 
+def _runner_edited(old: str, new: str) -> Callable[[ModuleType], None]:
+    """A plant that rewrites ``old`` (found once) as ``new`` in the copy's runner.py, as a
+    mutant does: these bugs sit in a signature or a condition, which a patch could only
+    imitate by rewriting the whole ``__init__``."""
+
+    def plant(lib: ModuleType) -> None:
+        path = Path(lib.runner.__file__)
+        source = path.read_text()
+        if source.count(old) != 1:
+            raise ValueError(f"{path} no longer holds {old!r} once; update the planted bug")
+        exec(compile(source.replace(old, new), str(path), "exec"), vars(lib.runner))
+        lib.BreakableGraphRunner = lib.runner.BreakableGraphRunner
+
+    return plant
+
+
+def _runner_default_warmup_not_as_declared(lib: ModuleType) -> None:
+    cls = lib.runner.BreakableGraphRunner
+    init = cls.__init__
+
+    @functools.wraps(init)  # so the signature still declares warmup=1
+    def __init__(self: Any, *args: Any, warmup: int = 2, **options: Any) -> None:
+        init(self, *args, warmup=warmup, **options)
+
+    cls.__init__ = __init__
+
+
+def _runner_refusal_leaves_its_stream(lib: ModuleType) -> None:
+    cls = lib.runner.BreakableGraphRunner
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        caller = torch.cuda.current_stream()
+        torch.cuda.set_stream(torch.cuda.Stream())  # given back only when init returns
+        init(self, *args, **kwargs)
+        torch.cuda.set_stream(caller)
+
+    cls.__init__ = __init__
+
+
+def _runner_refusal_leaves_a_capture_active(lib: ModuleType) -> None:
+    cls = lib.runner.BreakableGraphRunner
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        # Opens its first capture before checking its arguments; closed only when init returns.
+        lib.thread_state.set_active_capture(lib.BreakableCUDAGraphCapture())
+        init(self, *args, **kwargs)
+        lib.thread_state.set_active_capture(None)
+
+    cls.__init__ = __init__
+
+
 # name -> (what it plants, the property that must find it, how to plant it)
 BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
     "global_active_capture": (
@@ -376,6 +431,86 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "the runner leaves another stream current after a call",
         "runner",
         _runner_leaves_its_stream,
+    ),
+    "runner_fn_positional_only": (
+        "the runner's fn is positional-only, so fn=... is refused",
+        "runner",
+        _runner_edited("        *,\n", "        /,\n        *,\n"),
+    ),
+    "runner_options_by_position": (
+        "the runner accepts its options by position",
+        "runner",
+        _runner_edited("        *,\n", ""),
+    ),
+    "runner_refuses_no_warmup": (
+        "the runner refuses warmup=0",
+        "runner",
+        _runner_edited("warmup < 0", "warmup < 1"),
+    ),
+    "runner_warms_up_at_least_once": (
+        "the runner warms up once even with warmup=0",
+        "runner",
+        _runner_edited("range(self.warmup)", "range(max(self.warmup, 1))"),
+    ),
+    "runner_no_replay_without_warmup": (
+        "with warmup=0 the runner returns a new signature's outputs unreplayed, never computed",
+        "runner",
+        _runner_edited("if not eager:", "if not eager and self.warmup:"),
+    ),
+    "runner_warms_up_at_most_once": (
+        "the runner warms up once whatever warmup asks",
+        "runner",
+        _runner_edited("range(self.warmup)", "range(min(self.warmup, 1))"),
+    ),
+    "runner_no_default_warmup": (
+        "the runner's default warmup is 0: a first run happens inside the capture",
+        "runner",
+        _runner_edited("warmup: int = 1", "warmup: int = 0"),
+    ),
+    "runner_default_warmup_not_as_declared": (
+        "the runner declares a default warmup of 1 but warms up twice",
+        "runner",
+        _runner_default_warmup_not_as_declared,
+    ),
+    "runner_accepts_negative_warmup": (
+        "the runner accepts warmup=-1",
+        "runner",
+        _runner_edited("warmup < 0", "warmup < -1"),
+    ),
+    "runner_negative_warmup_type_error": (
+        "the runner refuses warmup=-1 with a TypeError, not a ValueError",
+        "runner",
+        _runner_edited('raise ValueError(f"warmup', 'raise TypeError(f"warmup'),
+    ),
+    "runner_accepts_bool_warmup": (
+        "the runner accepts warmup=True",
+        "runner",
+        _runner_edited("isinstance(warmup, bool) or ", ""),
+    ),
+    "runner_accepts_float_warmup": (
+        "the runner accepts warmup=1.5 (and fails only at its first call)",
+        "runner",
+        _runner_edited("not isinstance(warmup, int) or ", ""),
+    ),
+    "runner_warmup_error_unnamed": (
+        "the runner's error for a bad warmup does not name warmup",
+        "runner",
+        _runner_edited('"warmup must be an int', '"expected an int'),
+    ),
+    "runner_accepts_uncallable": (
+        "the runner accepts a fn that is not callable (and fails only at its first call)",
+        "runner",
+        _runner_edited("if not callable(fn):", "if fn is None:"),
+    ),
+    "runner_refusal_leaves_its_stream": (
+        "a runner refusing its arguments leaves its own stream current",
+        "runner",
+        _runner_refusal_leaves_its_stream,
+    ),
+    "runner_refusal_leaves_a_capture_active": (
+        "a runner refusing its arguments leaves a capture active in the thread",
+        "runner",
+        _runner_refusal_leaves_a_capture_active,
     ),
 }
 NOT_BUGS: dict[str, Callable[[ModuleType], None]] = {"strong_arguments": _strong_arguments}

@@ -19,6 +19,22 @@ RUNNER_BUGS = {
     "runner_eager_results_stale": "graphs disabled, call 'repeat': output",
     "runner_debug_blind": "debug=True did not report",
     "runner_leaves_its_stream": "the caller's stream is not current",
+    "runner_fn_positional_only": "fn by keyword, default warmup: making a runner",
+    "runner_options_by_position": "an option by position: making a runner was accepted",
+    "runner_refuses_no_warmup": "warmup=0: making a runner and calling it raised ValueError",
+    "runner_warms_up_at_least_once": "warmup=0: a new signature ran the function 2 times",
+    "runner_no_replay_without_warmup": "warmup=0: the result differs from eager",
+    "runner_warms_up_at_most_once": "warmup=2: a new signature ran the function 2 times",
+    "runner_no_default_warmup": "declares a default warmup of 0",
+    "runner_default_warmup_not_as_declared": "default warmup: a new signature ran the function 3",
+    "runner_accepts_negative_warmup": "warmup=-1: making a runner was accepted",
+    "runner_negative_warmup_type_error": "warmup=-1: making a runner raised TypeError",
+    "runner_accepts_bool_warmup": "warmup=True: making a runner was accepted",
+    "runner_accepts_float_warmup": "warmup=1.5: making a runner was accepted",
+    "runner_warmup_error_unnamed": "does not name 'warmup'",
+    "runner_accepts_uncallable": "(42): making a runner was accepted",
+    "runner_refusal_leaves_its_stream": "another stream is current after the refusal",
+    "runner_refusal_leaves_a_capture_active": "a capture is active after the refusal",
 }
 
 

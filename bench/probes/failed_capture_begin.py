@@ -67,11 +67,23 @@ def main() -> None:
         for when in WHEN:
             child = subprocess.run(
                 [sys.executable, "-m", "bench.probes.failed_capture_begin", how, when],
-                capture_output=True, text=True, timeout=120,
+                capture_output=True,
+                text=True,
+                timeout=120,
             )
             tail = [line for line in child.stderr.splitlines() if "what()" in line][:1]
-            print(json.dumps({"how": how, "when": when, "rc": child.returncode,
-                              "stdout": child.stdout.strip()[-400:], "abort": tail}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "how": how,
+                        "when": when,
+                        "rc": child.returncode,
+                        "stdout": child.stdout.strip()[-400:],
+                        "abort": tail,
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -74,7 +74,8 @@ PROPERTIES: dict[str, Property] = {
         ),
         Property(
             runner.NAME,
-            "a runner captures once per input signature, replays repeats, and equals eager",
+            "a runner captures once per input signature, replays repeats, equals eager, and takes "
+            "its arguments as documented",
             runner.check,
             runner.example,
         ),

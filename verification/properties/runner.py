@@ -11,10 +11,20 @@ one must not run it at all and must return the very objects of its first call;
 capture must allocate in the runner's pool. With graphs disabled the results must still
 equal eager and each repeated call runs the function once. A fixed scenario checks that
 ``debug=True`` reports a moved static output and that without it nothing is checked.
+
+Another fixed scenario, run first, checks the arguments as documented: ``fn`` by position or
+by keyword, options only by keyword. A new signature runs the function exactly ``warmup + 1``
+times, for ``warmup=0`` (the captured run only), ``warmup=2`` and the default, which must be
+at least 1 (the default the target declares in its signature; 1 where it declares none).
+``warmup=-1`` must raise ValueError, ``warmup=True`` and ``warmup=1.5`` ValueError or
+TypeError, a ``fn`` that is not callable or an option by position TypeError, all at
+construction, with a message naming what is wrong (except Python's own for an option by
+position), and leaving the caller's stream current and no capture active.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -223,9 +233,115 @@ def debug_problem(config: CheckConfig) -> str | None:
     return None
 
 
+# The library's documented default, for a target whose signature declares none (one that
+# takes its options as **kwargs, say).
+DEFAULT_WARMUP = 1
+
+
+@dataclass(eq=False)  # hashable by identity, as a function is
+class Counted:
+    """``t * 2 + 1``, counting its runs; float32 on purpose, since a cold-kernel dtype could
+    fail a capture with no warm-up on a GPU, which ``warmup=0`` must not be blamed for."""
+
+    runs: int = 0
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        self.runs += 1
+        return t * 2 + 1
+
+
+# How the fixed scenario makes each runner, and its warm-up count (None: the declared default).
+MADE: tuple[tuple[str, Callable[[Any, Counted], Any], int | None], ...] = (
+    ("fn by keyword, default warmup", lambda cls, fn: cls(fn=fn), None),
+    ("warmup=0", lambda cls, fn: cls(fn, warmup=0), 0),
+    ("warmup=2", lambda cls, fn: cls(fn, warmup=2), 2),
+)
+# Arguments a runner must refuse at construction, the errors that may refuse them, and a word
+# the message must hold (None: Python's own message for a call that does not fit a signature).
+REFUSED: tuple[tuple[str, Callable[[Any], Any], tuple[type[Exception], ...], str | None], ...] = (
+    ("warmup=-1", lambda cls: cls(Counted(), warmup=-1), (ValueError,), "warmup"),
+    ("warmup=True", lambda cls: cls(Counted(), warmup=True), (ValueError, TypeError), "warmup"),
+    ("warmup=1.5", lambda cls: cls(Counted(), warmup=1.5), (ValueError, TypeError), "warmup"),
+    ("a fn that is not callable (42)", lambda cls: cls(42), (TypeError,), "callable"),
+    ("an option by position", lambda cls: cls(Counted(), 1), (TypeError,), None),
+)
+
+
+def declared_warmup(config: CheckConfig) -> Any:
+    """The default ``warmup`` the target's runner declares (other targets are judged by it)."""
+    try:
+        parameter = inspect.signature(runner_class(config)).parameters.get("warmup")
+    except (TypeError, ValueError):  # a signature inspect cannot read
+        parameter = None
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        return DEFAULT_WARMUP
+    return parameter.default
+
+
+def _runs_problem(config: CheckConfig, default: int) -> str | None:
+    """Each runner of MADE runs a new signature's function ``warmup + 1`` times, as eager."""
+    x = torch.arange(8.0, device=config.device)
+    for label, make, warmup in MADE:
+        fn = Counted()
+        count = default if warmup is None else warmup
+        try:
+            with collector_paused():
+                result = make(runner_class(config), fn)(x)
+        except Exception as error:
+            return f"{label}: making a runner and calling it raised {error!r}"
+        if fn.runs != count + 1:
+            return (
+                f"{label}: a new signature ran the function {fn.runs} times, expected "
+                f"{count + 1} ({count} warm-up and the capture)"
+            )
+        if not isinstance(result, torch.Tensor) or not torch.equal(result, x * 2 + 1):
+            return f"{label}: the result differs from eager"
+    return None
+
+
+def _left_behind(config: CheckConfig, caller: torch.cuda.Stream) -> str | None:
+    if torch.cuda.current_stream() != caller:
+        return "another stream is current after the refusal"
+    if config.target.BreakableCUDAGraphCapture.current() is not None:
+        return "a capture is active after the refusal"
+    return None
+
+
+def _refusal_problem(config: CheckConfig) -> str | None:
+    """Each argument of REFUSED raises one of its errors at construction, leaving nothing."""
+    caller = torch.cuda.Stream()
+    for label, make, errors, word in REFUSED:
+        expected = " or ".join(error.__name__ for error in errors)
+        with torch.cuda.stream(caller):
+            try:
+                make(runner_class(config))
+            except errors as error:
+                left = _left_behind(config, caller)
+                if left is not None:
+                    return f"{label}: {left}"
+                if word is not None and word not in str(error):
+                    return f"{label}: the error {error!r} does not name {word!r}"
+                continue
+            except Exception as error:
+                return f"{label}: making a runner raised {error!r}, expected {expected}"
+        return f"{label}: making a runner was accepted, expected {expected}"
+    return None
+
+
+def arguments_problem(config: CheckConfig) -> str | None:
+    """The runner takes and refuses its arguments as documented (the module docstring)."""
+    default = declared_warmup(config)
+    if isinstance(default, bool) or not isinstance(default, int) or default < 1:
+        return (
+            f"the runner declares a default warmup of {default!r}, expected an int >= 1: "
+            "a function's first run would be inside the capture"
+        )
+    return _runs_problem(config, default) or _refusal_problem(config)
+
+
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
     """Re-checks one finding's program (a reproducer calls this)."""
-    return runner_problem(program, config) or debug_problem(config)
+    return arguments_problem(config) or runner_problem(program, config) or debug_problem(config)
 
 
 def check(config: CheckConfig) -> CheckResult:
@@ -233,6 +349,12 @@ def check(config: CheckConfig) -> CheckResult:
         return CheckResult(NAME, 0, 0.0, not_applicable=f"the target has no {RUNNER}")
 
     def run() -> tuple[int, list[PropertyFinding]]:
+        # The arguments first: a runner that takes them otherwise than documented would show
+        # up as a miscount on a drawn program, which names a symptom, not the argument.
+        problem = arguments_problem(config)
+        if problem is not None:
+            return 1, [PropertyFinding(NAME, "target-bug", problem)]
+
         def body(program: Program) -> PropertyFinding | None:
             problem = runner_problem(program, config)
             if problem is None:
@@ -245,6 +367,6 @@ def check(config: CheckConfig) -> CheckResult:
             return examples, [found]
         problem = debug_problem(config)
         found = None if problem is None else PropertyFinding(NAME, "target-bug", problem)
-        return examples + 1, [found] if found else []
+        return examples + 2, [found] if found else []
 
     return timed(NAME, run)
