@@ -109,6 +109,7 @@ def fake_cuda() -> Iterator[None]:
         "current_stream": lambda *a, **k: _CALLER_STREAM,
         "graph_pool_handle": _pool_handle,
         "memory_snapshot": _memory_snapshot,
+        "is_current_stream_capturing": lambda: False,
         "synchronize": lambda *a, **k: None,
         "empty_cache": lambda: None,
     }
