@@ -268,20 +268,25 @@ def _runner_leaves_its_stream(lib: ModuleType) -> None:
     cls.__call__ = __call__
 
 
-def _runner_edited(old: str, new: str) -> Callable[[ModuleType], None]:
-    """A plant that rewrites ``old`` (found once) as ``new`` in the copy's runner.py, as a
+def _edited(module: str, old: str, new: str) -> Callable[[ModuleType], None]:
+    """A plant that rewrites ``old`` (found once) as ``new`` in the copy's ``module``, as a
     mutant does: these bugs sit in a signature or a condition, which a patch could only
-    imitate by rewriting the whole ``__init__``."""
+    imitate by rewriting the whole function."""
 
     def plant(lib: ModuleType) -> None:
-        path = Path(lib.runner.__file__)
+        namespace = vars(getattr(lib, module))
+        path = Path(namespace["__file__"])
         source = path.read_text()
         if source.count(old) != 1:
             raise ValueError(f"{path} no longer holds {old!r} once; update the planted bug")
-        exec(compile(source.replace(old, new), str(path), "exec"), vars(lib.runner))
+        # Functions already bound elsewhere look their globals up in this same namespace.
+        exec(compile(source.replace(old, new), str(path), "exec"), namespace)
         lib.BreakableGraphRunner = lib.runner.BreakableGraphRunner
 
     return plant
+
+
+_runner_edited = functools.partial(_edited, "runner")
 
 
 def _runner_default_warmup_not_as_declared(lib: ModuleType) -> None:
@@ -380,6 +385,16 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "a list argument held as given, its tensors strongly",
         "pool",
         _list_arguments_held,
+    ),
+    "view_bits_dropped": (
+        "conjugate and negative views are aliased like plain tensors, losing their bit at replay",
+        "pool",
+        _edited("arguments", "        or tensor.is_conj()\n        or tensor.is_neg()\n", ""),
+    ),
+    "dict_subclass_rebuilt_plain": (
+        "a dict subclass argument (ModelOutput-like) is rebuilt as a plain dict for replay",
+        "pool",
+        _edited("trees", "    if type(tree) is dict:\n", "    if isinstance(tree, dict):\n"),
     ),
     "capture_end_warnings_swallowed": (
         "every warning capture_end raises is swallowed, not only the empty-graph one",

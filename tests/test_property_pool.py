@@ -53,6 +53,16 @@ def test_tensors_held_through_a_list_argument_are_found(bcg_kind, tmp_path):
     assert failing(check("pool", "list_arguments_held", bcg_kind, tmp_path))
 
 
+def test_conjugate_and_negative_views_aliased_without_their_bit_are_found(bcg_kind, tmp_path):
+    findings = failing(check("pool", "view_bits_dropped", bcg_kind, tmp_path))
+    assert findings and "is_conj" in findings[0].message and "is_neg" in findings[0].message
+
+
+def test_a_dict_subclass_argument_rebuilt_as_a_plain_dict_is_found(bcg_kind, tmp_path):
+    findings = failing(check("pool", "dict_subclass_rebuilt_plain", bcg_kind, tmp_path))
+    assert findings and "has no attribute" in findings[0].message, findings
+
+
 def test_a_break_argument_that_is_neither_tensor_nor_container_is_kept_as_is(bcg_kind, tmp_path):
     findings = failing(check("pool", "every_object_opened_as_a_dataclass", bcg_kind, tmp_path))
     assert findings and "raised" in findings[0].message, findings

@@ -314,14 +314,27 @@ def pair_mix(x, y):
         _float_pair,
         PEAK
         + """
+import collections
+
+
+# A dict also read by attribute, as transformers' ModelOutput is: a capture that rebuilds it
+# as a plain dict breaks the break at replay.
+class Fields(collections.OrderedDict):
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
 @eager_break_during_capture
-def mix_dict(tensors):
-    gate = finite_peak(tensors["b"])
-    return {"sum": tensors["a"] + gate, "diff": tensors["a"] - tensors["b"]}
+def mix_dict(tensors, extra):
+    gate = finite_peak(extra.b)
+    return {"sum": tensors["a"] + gate, "diff": tensors["a"] - extra.b}
 
 
 def dict_mix(x, y):
-    parts = mix_dict({"a": x, "b": y})
+    parts = mix_dict({"a": x}, Fields(b=y))
     return parts["sum"] * parts["diff"]
 """,
         "dict_mix({0}, {1})",

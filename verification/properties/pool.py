@@ -264,6 +264,52 @@ def out_of_order_demonstration(config: CheckConfig) -> PropertyFinding:
     )
 
 
+def view_bits_problem(config: CheckConfig) -> str | None:
+    """A conjugate view and a negative view of capture intermediates, given to a break, reach
+    it at replay as they were given.
+
+    The bit lives on the tensor, not in its memory: a target that rebuilds pool tensors from
+    their storage for replay (this library, ``breakable-cuda-graphs``) drops it unless it
+    holds such views as they are. The break writes into caller-provided buffers, so this runs
+    under every contract.
+    """
+    target = config.target
+
+    @target.eager_break_during_capture
+    def take(conj: torch.Tensor, neg: torch.Tensor, out_conj: torch.Tensor, out_neg: torch.Tensor):
+        out_conj.copy_(conj)
+        out_neg.copy_(neg)
+
+    x = torch.randn(16, dtype=torch.complex64, device=config.device)
+    out_conj = torch.zeros_like(x)
+    out_neg = torch.zeros(16, device=config.device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    capture = target.BreakableCUDAGraphCapture()
+    with torch.cuda.stream(side), collector_paused(), capture:
+        y = x * 2  # in pool memory
+        take(y.conj(), y.conj().imag, out_conj, out_neg)
+        del y
+    torch.cuda.current_stream().wait_stream(side)
+    x.copy_(torch.randn(16, dtype=torch.complex64, device=config.device))
+    capture.replay()
+    torch.cuda.synchronize()
+    wrong = [
+        name
+        for name, got, want in (
+            ("conjugate view (is_conj)", out_conj, (x * 2).conj()),
+            ("negative view (is_neg)", out_neg, (x * 2).conj().imag),
+        )
+        if not torch.allclose(got, want)
+    ]
+    if wrong:
+        return (
+            f"a {' and a '.join(wrong)} of a capture intermediate given to a break reached it at "
+            "replay without its bit (the values of the plain tensor instead)"
+        )
+    return None
+
+
 def _held_problem(held: list[int], config: CheckConfig) -> str | None:
     """Held bytes are a bug only for a target that declares it holds none."""
     if not (config.target.releases_break_arguments and held and max(held) > 0):
@@ -324,7 +370,10 @@ def check(config: CheckConfig) -> CheckResult:
             return PropertyFinding(NAME, "target-bug", problem, programs[0], config.seed)
 
         witness = None
-        for program in _witnesses(config):
+        problem = view_bits_problem(config)
+        if problem is not None:
+            witness = PropertyFinding(NAME, "target-bug", problem)
+        for program in _witnesses(config) if witness is None else ():
             problem = _witness_problem(program, config, held)
             if problem is not None:
                 witness = PropertyFinding(NAME, "target-bug", problem, program, config.seed)
