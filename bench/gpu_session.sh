@@ -64,10 +64,8 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       step stream_order_library 60 python3 -m verification check stream-order --device cuda --examples 25 ;;
     repetition) step repetition_10000 120 python3 -m verification check repetition --device cuda --cycles 10000 --examples 1 ;;
     mutant)
-      # The GPU-only survivor of results/mutation (arguments.py, `nbytes() > 0` -> `> 1`), applied by
-      # hand to a scratch copy: the library's gap test must fail on it and pass on the original.
-      rm -rf /tmp/mutant && cp -r . /tmp/mutant && sed -i 's/storage.nbytes() > 0/storage.nbytes() > 1/' /tmp/mutant/breakable_cudagraph/arguments.py && grep -q 'nbytes() > 1' /tmp/mutant/breakable_cudagraph/arguments.py
-      step mutant_arguments_nbytes 60 bash -c "cd /tmp/mutant && PYTHONPATH=/tmp/mutant python3 -m pytest -q -p no:cacheprovider --bcg-device=cuda tests/test_lib_gaps.py -k one_byte" ;;
+      # The GPU-only survivors of results/mutation, applied by hand to scratch copies.
+      step mutants 500 env OUT="$out" bash bench/gpu_mutants.sh ;;
     bench)
       step bench 150 python3 -m bench --device cuda --out "$out/bench"
       step replay_probe 60 python3 -m bench.replay_probe ;;

@@ -202,6 +202,24 @@ def test_one_byte_pool_tensor_passed_to_a_break_is_not_owned_by_the_capture(
     assert out.item() == 5
 
 
+@pytest.mark.gpu  # the simulator has no sparse device tensors
+def test_sparse_tensor_given_to_a_break_is_held_as_it_is(bcg_device: str) -> None:
+    # A sparse tensor has no storage to alias: asking for one raises, so it must be held.
+    indices = torch.tensor([[0, 2]], device=bcg_device)
+    sparse = torch.sparse_coo_tensor(indices, torch.ones(2, device=bcg_device), (4,))
+    out = torch.zeros(4, device=bcg_device)
+
+    @eager_break_during_capture
+    def densify(s: torch.Tensor, o: torch.Tensor) -> None:
+        o.copy_(s.to_dense())
+
+    with BreakableCUDAGraphCapture() as capture:
+        densify(sparse, out)
+    out.zero_()
+    capture.replay()
+    assert out.tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
 @pytest.mark.parametrize("warmup", [True, -1, 1.5])
 def test_runner_rejects_a_warmup_that_is_not_a_count(bcg_device: str, warmup: object) -> None:
     with pytest.raises(ValueError, match="warmup must be an int"):
