@@ -281,7 +281,11 @@ def _edited(module: str, old: str, new: str) -> Callable[[ModuleType], None]:
             raise ValueError(f"{path} no longer holds {old!r} once; update the planted bug")
         # Functions already bound elsewhere look their globals up in this same namespace.
         exec(compile(source.replace(old, new), str(path), "exec"), namespace)
-        lib.BreakableGraphRunner = lib.runner.BreakableGraphRunner
+        # The package's own names for what the module defines (its decorator, its runner)
+        # are rebound to the rewritten objects.
+        for name, value in list(vars(lib).items()):
+            if getattr(value, "__module__", None) == namespace["__name__"] and name in namespace:
+                setattr(lib, name, namespace[name])
 
     return plant
 
@@ -361,6 +365,11 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "nested",
         _nested_break_recorded_twice,
     ),
+    "decorator_without_wraps": (
+        "the break decorator returns a wrapper without functools.wraps",
+        "nested",
+        _edited("breaks", "    @functools.wraps(fn)\n", ""),
+    ),
     "unordered_side_stream": (
         "eager steps run on a stream the caller's stream never waits for",
         "stream-order",
@@ -390,6 +399,11 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "conjugate and negative views are aliased like plain tensors, losing their bit at replay",
         "pool",
         _edited("arguments", "        or tensor.is_conj()\n        or tensor.is_neg()\n", ""),
+    ),
+    "subclass_aliased": (
+        "tensor subclass instances are aliased like plain tensors, losing their Python type",
+        "pool",
+        _edited("arguments", "        or type(tensor) is not torch.Tensor\n", ""),
     ),
     "dict_subclass_rebuilt_plain": (
         "a dict subclass argument (ModelOutput-like) is rebuilt as a plain dict for replay",

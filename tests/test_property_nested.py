@@ -1,5 +1,6 @@
 """Property 2, nested capture: the library holds it, and the checker finds a nested capture
-let through and a decorated call inside an eager step recorded as a second break."""
+let through, a decorated call inside an eager step recorded as a second break, and a decorator
+that loses the op's name and signature."""
 
 from __future__ import annotations
 
@@ -36,3 +37,9 @@ def test_a_nested_decorated_op_that_crashes_the_capture_is_a_finding(bcg_kind, b
     config = CheckConfig(load_target(build("nested_call_crashes")), bcg_kind, bcg_device, 1)
     problem = _nested_decorated_problem(config)
     assert problem is not None and "failed the capture" in problem
+
+
+def test_a_decorator_that_loses_the_ops_name_and_signature_is_found(bcg_kind, tmp_path):
+    findings = failing(check("nested", "decorator_without_wraps", bcg_kind, tmp_path))
+    assert findings and "functools.wraps" in findings[0].message, findings
+    assert "__name__" in findings[0].message and "signature" in findings[0].message

@@ -56,6 +56,13 @@ def test_tensors_held_through_a_list_argument_are_found(bcg_kind, tmp_path):
 def test_conjugate_and_negative_views_aliased_without_their_bit_are_found(bcg_kind, tmp_path):
     findings = failing(check("pool", "view_bits_dropped", bcg_kind, tmp_path))
     assert findings and "is_conj" in findings[0].message and "is_neg" in findings[0].message
+    assert "subclass" not in findings[0].message
+
+
+def test_a_tensor_subclass_aliased_as_a_plain_tensor_is_found(bcg_kind, tmp_path):
+    findings = failing(check("pool", "subclass_aliased", bcg_kind, tmp_path))
+    assert findings and "tensor subclass without its Python attributes" in findings[0].message
+    assert "is_conj" not in findings[0].message
 
 
 def test_a_dict_subclass_argument_rebuilt_as_a_plain_dict_is_found(bcg_kind, tmp_path):

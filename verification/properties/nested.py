@@ -6,11 +6,13 @@ object, one made beforehand, one inside an ``add_eager`` step, one inside a deco
 It must raise an error naming the capture, before it begins a graph (a graph whose begin failed
 on a capturing stream aborts the process when freed, on a GPU); the outer capture must then
 finish, replay equal to eager, and leave nothing active or capturing. A decorated op calling another must run the
-inner one exactly once per capture and per replay.
+inner one exactly once per capture and per replay, and the decorator must keep the op's name,
+docstring and signature (as ``functools.wraps`` does).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -116,6 +118,40 @@ def _nested_capture_problem(
     return None
 
 
+def _decorated_op(x: torch.Tensor, out: torch.Tensor, *, scale: float = 1.0) -> None:
+    """Writes ``x * scale`` into ``out``."""
+    out.copy_(x * scale)
+
+
+# What the decorator must pass on: tracebacks, profilers and torch.compile name an op by these,
+# and code that dispatches on an op's parameters reads its signature.
+_IDENTITY = {
+    "__name__": lambda fn: fn.__name__,
+    "__qualname__": lambda fn: fn.__qualname__,
+    "__doc__": lambda fn: fn.__doc__,
+    "__module__": lambda fn: fn.__module__,
+    "signature": inspect.signature,
+}
+
+
+def _decorator_identity_problem(config: CheckConfig) -> str | None:
+    """The decorated op answers for the op it wraps: name, docstring, module, signature."""
+    decorated = config.target.eager_break_during_capture(_decorated_op)
+    lost = []
+    for name, read in _IDENTITY.items():
+        try:
+            if read(decorated) != read(_decorated_op):
+                lost.append(name)
+        except (AttributeError, TypeError, ValueError):
+            lost.append(name)
+    if lost:
+        return (
+            f"the decorated op does not keep the {', '.join(lost)} of the op it wraps "
+            "(use functools.wraps)"
+        )
+    return None
+
+
 def _nested_decorated_problem(config: CheckConfig) -> str | None:
     """A decorated op calling a decorated op: the inner one runs inline, once each time."""
     target, device = config.target, config.device
@@ -164,14 +200,18 @@ def _nested_decorated_problem(config: CheckConfig) -> str | None:
 
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
     """Re-checks one finding's program (a reproducer calls this)."""
-    return _nested_decorated_problem(config) or _nested_capture_problem(
-        program, scenario.get("place", "capture"), scenario.get("before_step", 0), config
+    return (
+        _decorator_identity_problem(config)
+        or _nested_decorated_problem(config)
+        or _nested_capture_problem(
+            program, scenario.get("place", "capture"), scenario.get("before_step", 0), config
+        )
     )
 
 
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[PropertyFinding]]:
-        problem = _nested_decorated_problem(config)
+        problem = _decorator_identity_problem(config) or _nested_decorated_problem(config)
         if problem is not None:
             return 1, [PropertyFinding(NAME, "target-bug", problem)]
 

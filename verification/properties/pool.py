@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import inspect
+import math
 from typing import Any
 
 import torch
@@ -264,48 +265,60 @@ def out_of_order_demonstration(config: CheckConfig) -> PropertyFinding:
     )
 
 
-def view_bits_problem(config: CheckConfig) -> str | None:
-    """A conjugate view and a negative view of capture intermediates, given to a break, reach
-    it at replay as they were given.
+class ScaledTensor(torch.Tensor):
+    """A tensor subclass that carries a Python attribute, as quantized activations carry their
+    scale."""
 
-    The bit lives on the tensor, not in its memory: a target that rebuilds pool tensors from
-    their storage for replay (this library, ``breakable-cuda-graphs``) drops it unless it
-    holds such views as they are. The break writes into caller-provided buffers, so this runs
-    under every contract.
+
+def arguments_as_given_problem(config: CheckConfig) -> str | None:
+    """A conjugate view, a negative view and a tensor subclass instance, all capture
+    intermediates given to a break, reach it at replay as they were given.
+
+    The bits live on the tensor and the subclass on its Python object, not in its memory: a
+    target that rebuilds pool tensors from their storage for replay (this library,
+    ``breakable-cuda-graphs``) drops them unless it holds such tensors as they are. The break
+    writes into caller-provided buffers, so this runs under every contract.
     """
     target = config.target
 
     @target.eager_break_during_capture
-    def take(conj: torch.Tensor, neg: torch.Tensor, out_conj: torch.Tensor, out_neg: torch.Tensor):
+    def take(conj, neg, scaled, out_conj, out_neg, out_scaled):
         out_conj.copy_(conj)
         out_neg.copy_(neg)
+        # A plain tensor in its place has no scale: NaN, which no comparison accepts.
+        out_scaled.copy_(scaled.as_subclass(torch.Tensor) * getattr(scaled, "scale", math.nan))
 
     x = torch.randn(16, dtype=torch.complex64, device=config.device)
+    z = torch.randn(16, device=config.device)
     out_conj = torch.zeros_like(x)
-    out_neg = torch.zeros(16, device=config.device)
+    out_neg, out_scaled = torch.zeros_like(z), torch.zeros_like(z)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     capture = target.BreakableCUDAGraphCapture()
     with torch.cuda.stream(side), collector_paused(), capture:
         y = x * 2  # in pool memory
-        take(y.conj(), y.conj().imag, out_conj, out_neg)
-        del y
+        scaled = (z * 2).as_subclass(ScaledTensor)
+        scaled.scale = 3.0
+        take(y.conj(), y.conj().imag, scaled, out_conj, out_neg, out_scaled)
+        del y, scaled
     torch.cuda.current_stream().wait_stream(side)
     x.copy_(torch.randn(16, dtype=torch.complex64, device=config.device))
+    z.copy_(torch.randn(16, device=config.device))
     capture.replay()
     torch.cuda.synchronize()
     wrong = [
         name
         for name, got, want in (
-            ("conjugate view (is_conj)", out_conj, (x * 2).conj()),
-            ("negative view (is_neg)", out_neg, (x * 2).conj().imag),
+            ("conjugate view without its bit (is_conj)", out_conj, (x * 2).conj()),
+            ("negative view without its bit (is_neg)", out_neg, (x * 2).conj().imag),
+            ("tensor subclass without its Python attributes", out_scaled, z * 2 * 3.0),
         )
         if not torch.allclose(got, want)
     ]
     if wrong:
         return (
-            f"a {' and a '.join(wrong)} of a capture intermediate given to a break reached it at "
-            "replay without its bit (the values of the plain tensor instead)"
+            "capture intermediates given to a break reached it at replay not as they were "
+            f"given: a {', a '.join(wrong)} (a plain tensor over the same memory instead)"
         )
     return None
 
@@ -370,7 +383,7 @@ def check(config: CheckConfig) -> CheckResult:
             return PropertyFinding(NAME, "target-bug", problem, programs[0], config.seed)
 
         witness = None
-        problem = view_bits_problem(config)
+        problem = arguments_as_given_problem(config)
         if problem is not None:
             witness = PropertyFinding(NAME, "target-bug", problem)
         for program in _witnesses(config) if witness is None else ():
