@@ -81,3 +81,24 @@ def test_cpu_capture_overhead_benchmark_runs_without_a_gpu() -> None:
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| 2 |" in done.stdout and "Tight loop of 2 breaks" in done.stdout
+
+
+def test_sim_fuzz_rate_reads_the_rate_and_start_up_that_fuzz_prints() -> None:
+    from bench.sim_fuzz_rate import _PRINTED
+
+    line = (
+        "fuzz: 100 examples, 0 findings, device=sim, target=breakable_cudagraph, "
+        "72.9 examples/s (start-up 0.9 s)"
+    )
+    match = _PRINTED.search(line)
+    assert match is not None
+    assert (match["examples"], match["rate"], match["startup"]) == ("100", "72.9", "0.9")
+    no_startup = _PRINTED.search(line.replace(" (start-up 0.9 s)", ""))
+    assert no_startup is not None and no_startup["startup"] is None
+
+
+def test_sim_fuzz_rate_refuses_zero_runs_with_one_error_line() -> None:
+    command = [sys.executable, "-m", "bench.sim_fuzz_rate", "--runs", "0"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: --runs must be at least 1"
