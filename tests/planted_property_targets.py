@@ -279,13 +279,16 @@ def _edited(module: str, old: str, new: str) -> Callable[[ModuleType], None]:
         source = path.read_text()
         if source.count(old) != 1:
             raise ValueError(f"{path} no longer holds {old!r} once; update the planted bug")
+        before = dict(namespace)
         # Functions already bound elsewhere look their globals up in this same namespace.
         exec(compile(source.replace(old, new), str(path), "exec"), namespace)
-        # The package's own names for what the module defines (its decorator, its runner)
-        # are rebound to the rewritten objects.
-        for name, value in list(vars(lib).items()):
-            if getattr(value, "__module__", None) == namespace["__name__"] and name in namespace:
-                setattr(lib, name, namespace[name])
+        # Names the package and its other modules imported from this one (the decorator, the
+        # runner, end_graph) are rebound to the rewritten objects.
+        modules = [lib, *(m for m in vars(lib).values() if isinstance(m, ModuleType))]
+        for other in modules:
+            for name, value in list(vars(other).items()):
+                if name in namespace and before.get(name) is value is not namespace[name]:
+                    setattr(other, name, namespace[name])
 
     return plant
 
@@ -414,6 +417,15 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "every warning capture_end raises is swallowed, not only the empty-graph one",
         "faults",
         _capture_end_warnings_swallowed,
+    ),
+    "any_capture_end_warning_means_empty": (
+        "a graph whose capture_end warned of anything is taken for an empty one and dropped",
+        "faults",
+        _edited(
+            "segments",
+            "    empty = any(_EMPTY_GRAPH_WARNING in str(w.message) for w in caught)\n",
+            "    empty = True\n",
+        ),
     ),
     "collector_not_paused": (
         "the cyclic collector stays on while a capture is open",

@@ -29,6 +29,7 @@ def test_capture_end_warnings_swallowed_are_found(bcg_kind, tmp_path):
         # from pausing, as not paused.
         ("collector_never_resumed", "collector"),
         ("no_abort_when_capture_end_raises", "still active"),
+        ("any_capture_end_warning_means_empty", "taken for an empty one"),
     ],
 )
 def test_planted_collector_and_capture_end_bugs_are_found(bcg_kind, tmp_path, bug, says):

@@ -311,7 +311,8 @@ def _faulted_then_recovered(
 
 def warning_problem(config: CheckConfig) -> str | None:
     """A warning ``capture_end`` raises, other than torch's empty-graph one, reaches the
-    caller: a target may hide that one, never the rest."""
+    caller, and the graph that raised it replays: a target may hide that one, never the rest,
+    and only that one marks a graph empty."""
     target, graph_class = config.target, torch.cuda.CUDAGraph
     original = graph_class.capture_end
 
@@ -341,6 +342,16 @@ def warning_problem(config: CheckConfig) -> str | None:
     torch.cuda.current_stream().wait_stream(side)
     if not any(INJECTED_WARNING in str(w.message) for w in caught):
         return "a warning CUDAGraph.capture_end raised during the capture never reached the caller"
+    # Both segments warned and both recorded work: a target that takes any warning for the
+    # empty-graph one drops them.
+    x.copy_(torch.randn(8, device=config.device))
+    capture.replay()
+    torch.cuda.synchronize()
+    if not torch.equal(y, x * 2 * 0.5 + 1):
+        return (
+            "a capture whose segments' capture_end raised a warning other than the empty-graph "
+            "one replayed wrong values: a graph that recorded work was taken for an empty one"
+        )
     return None
 
 
