@@ -342,6 +342,15 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "threads",
         _global_active_capture,
     ),
+    "add_eager_from_any_thread": (
+        "add_eager on an open capture is taken from any thread, not only the capturing one",
+        "threads",
+        _edited(
+            "capture",
+            "if thread_state.active_capture() is not self or self._state not in _OPEN:",
+            "if thread_state.active_capture() is not self and self._state not in _OPEN:",
+        ),
+    ),
     "state_left_active": (
         "the active capture left set after an exception",
         "faults",

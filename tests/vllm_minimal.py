@@ -119,6 +119,10 @@ class _Capture:
     def add_eager(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Runs ``fn`` now, between two segments, and again at every replay; returns the
         capture-time result, which replay does not refresh."""
+        if _Capture.current() is not self:
+            # vLLM relies on torch's capture_end refusing another thread's stream; this
+            # stand-in forgets a segment before ending it, so it refuses up front.
+            raise RuntimeError("add_eager needs this capture open in this thread")
         replay_args, replay_kwargs = args, kwargs
         if "args_copied_at_capture" in self.bugs:
             replay_args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)

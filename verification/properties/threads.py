@@ -4,7 +4,9 @@ While thread A captures a drawn program (paused before a drawn step), threads B.
 the current capture (must be none), call a decorated op on tensors they allocate on their
 own streams (it must run eagerly, at once) and are never recorded into A's capture; A's
 replay equals eager. N threads capturing drawn programs at once, each on its own stream, each
-replay correctly. Both run under every ``capture_error_mode`` the target accepts; in
+replay correctly. A fixed scenario has another thread call ``add_eager`` on A's open capture:
+it must be refused or run there at once, never recorded into A. Both run under every
+``capture_error_mode`` the target accepts; in
 ``global`` mode CUDA lets other threads' allocations invalidate A's capture (measured on the
 H200), so there A may fail, but only with a capture error that leaves nothing active.
 """
@@ -19,6 +21,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.execute import collector_paused
 from verification.programs import Program, default_ops
 from verification.properties.base import (
     CheckConfig,
@@ -256,6 +259,62 @@ def _concurrent_captures(
     return None
 
 
+def foreign_add_eager_problem(config: CheckConfig) -> str | None:
+    """Thread B calls ``add_eager`` on the capture thread A has open: B may be refused, or
+    its step may run at once in B, but it must not become a step of A's capture."""
+    target, device = config.target, config.device
+    inside, done = threading.Event(), threading.Event()
+    holder: dict[str, Any] = {}
+    errors: list[Any] = []
+    ran: list[str] = []
+    x = torch.ones(8, device=device)
+
+    def capture() -> None:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            holder["capture"] = target.BreakableCUDAGraphCapture()
+            with collector_paused(), holder["capture"]:
+                holder["y"] = x * 2
+                inside.set()
+                done.wait(WAIT_S)
+                holder["y"].add_(1)
+        torch.cuda.current_stream().wait_stream(side)
+
+    def foreign() -> None:
+        if not inside.wait(WAIT_S):
+            raise TimeoutError("thread A never reached its capture")
+        try:
+            holder["capture"].add_eager(lambda: ran.append("B"))
+        except Exception:  # refused: what the check prefers
+            pass
+        finally:
+            done.set()
+
+    threads = [_thread(capture, errors, "A"), _thread(foreign, errors, "B")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S)
+    if errors:
+        label, error = errors[0]
+        return (
+            f"after thread B called add_eager on thread A's open capture, {label} raised {error!r}"
+        )
+    at_capture = len(ran)
+    try:
+        x.fill_(3.0)
+        holder["capture"].replay()
+        torch.cuda.synchronize()
+    except Exception as error:  # what B's call left behind is the target's doing
+        return f"after thread B called add_eager on thread A's capture, A's replay raised {error!r}"
+    if len(ran) != at_capture:
+        return "add_eager called from another thread was recorded into thread A's capture"
+    if not torch.equal(holder["y"], x * 2 + 1):
+        return "after thread B called add_eager on thread A's capture, A replayed wrong values"
+    return None
+
+
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
     """Re-checks one finding's program (a reproducer calls this)."""
     mode, at = scenario.get("mode"), scenario.get("at", 0)
@@ -270,6 +329,10 @@ def check(config: CheckConfig) -> CheckResult:
     modes = modes_of(config.target)
 
     def run() -> tuple[int, list[PropertyFinding]]:
+        problem = foreign_add_eager_problem(config)
+        if problem is not None:
+            return 1, [PropertyFinding(NAME, "target-bug", problem)]
+
         def body(drawn: tuple[Program, list[Program], int, int, int]) -> PropertyFinding | None:
             program, programs, at, others, mode_index = drawn
             mode = modes[mode_index % len(modes)]
