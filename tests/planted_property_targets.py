@@ -436,6 +436,11 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
             "    empty = True\n",
         ),
     ),
+    "caught_break_error_forgotten": (
+        "a break's exception caught inside the block is forgotten: the capture closes cut short",
+        "faults",
+        _edited("capture", "            self._eager_step_error = exc\n", "            pass\n"),
+    ),
     "collector_not_paused": (
         "the cyclic collector stays on while a capture is open",
         "faults",

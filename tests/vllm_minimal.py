@@ -66,6 +66,7 @@ class _Capture:
         self.pool = torch.cuda.graph_pool_handle() if pool is None else pool
         self.segments: list[tuple[str, Callable[[], Any]]] = []
         self._graph: torch.cuda.CUDAGraph | None = None
+        self._step_error: BaseException | None = None
 
     @staticmethod
     def current() -> _Capture | None:
@@ -99,6 +100,11 @@ class _Capture:
         try:
             if self.capturing:
                 self._close_segment()
+            if exc is None and self._step_error is not None:
+                raise RuntimeError(
+                    "an eager step raised during capture and was caught inside the block; "
+                    "the capture is incomplete"
+                ) from self._step_error
         finally:
             _active.capture = None
             collector.resume()
@@ -136,7 +142,13 @@ class _Capture:
             self.segments.insert(len(self.segments) - 1, step)
         else:
             self.segments.append(step)
-        result = fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as error:
+            # Capture stops here; a caller that catches this inside the block would get a
+            # capture cut short, so __exit__ refuses it (the faults check's caught break).
+            self._step_error = error
+            raise
         self._open_segment()
         return result
 

@@ -5,7 +5,10 @@ an eager step at capture, in an eager step at replay, at a segment's ``capture_e
 capture-illegal call (a device sync, ``.item()``) in the captured region. Each time the
 exception must propagate, no stream may be left capturing, no capture active, and the next
 capture into the same pool and its replays, and the next replay of a capture that failed
-mid-replay, must equal eager. A warning ``capture_end`` raises must reach the caller. An
+mid-replay, must equal eager. A break that raises at capture and is caught inside the ``with``
+block (a fallback to another kernel) must make the capture refuse to close, or replay what ran
+at capture: never a capture silently cut short. A warning ``capture_end`` raises must reach
+the caller. An
 earlier capture freed by the cyclic collector while a capture is open must not break it (the
 target keeps the collector off while capturing), and the collector must be on again after.
 
@@ -355,6 +358,59 @@ def warning_problem(config: CheckConfig) -> str | None:
     return None
 
 
+def caught_break_problem(config: CheckConfig) -> str | None:
+    """A break raises at capture, the caller catches it inside the ``with`` block and falls
+    back to captured ops: the capture must raise as it closes, or replay the fallback.
+
+    A target that stops capturing when a break raises and goes on would run the rest of the
+    block eagerly, once, and replay a capture cut short at the break, silently stale.
+    """
+    target = config.target
+
+    @target.eager_break_during_capture
+    def fast(t: torch.Tensor, out: torch.Tensor) -> None:
+        raise InjectedFault("this input is not supported by the fast kernel")
+
+    x = torch.randn(8, device=config.device)
+    out = torch.zeros_like(x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(side), collector_paused():
+            capture = target.BreakableCUDAGraphCapture()
+            with capture:
+                y = x * 2
+                try:
+                    fast(y, out)
+                except InjectedFault:
+                    out.copy_(y * 0.5)  # the fallback, captured
+                z = out + 1
+    except Exception:  # refused to close: what the check prefers
+        left = _left_active(target)
+        return None if left is None else f"after a capture refused to close: {left}"
+    finally:
+        torch.cuda.current_stream().wait_stream(side)
+    left = _left_active(target)
+    if left is not None:
+        return f"after a break's exception was caught inside the capture: {left}"
+    x.copy_(torch.randn(8, device=config.device))
+    try:
+        capture.replay()
+        torch.cuda.synchronize()
+    except Exception as error:
+        return (
+            "a break raised at capture and the caller caught it inside the `with` block; the "
+            f"capture closed, and its replay raised {error!r}"
+        )
+    if not torch.equal(z, x * 2 * 0.5 + 1):
+        return (
+            "a break raised at capture and the caller caught it inside the `with` block; the "
+            "capture closed without error and its replay left out what ran after the break "
+            "(silently stale outputs): refuse to close such a capture"
+        )
+    return None
+
+
 def collector_problem(config: CheckConfig) -> str | None:
     """An earlier capture that only the cyclic collector can free, made garbage while another
     capture is open, must not break that capture; and the collector is on again afterwards.
@@ -440,7 +496,7 @@ def check(config: CheckConfig) -> CheckResult:
             st.integers(0, 3),
             st.sampled_from(tuple(ILLEGAL_CALLS)),
         )
-        for fixed in (warning_problem, collector_problem):
+        for fixed in (warning_problem, caught_break_problem, collector_problem):
             problem = fixed(config)
             if problem is not None:
                 return 1, [PropertyFinding(NAME, "target-bug", problem)]
