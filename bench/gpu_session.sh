@@ -48,6 +48,10 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
     n0) step matrix_2gpu_n0 150 env OUT="$out" bash bench/gpu_pytest_matrix.sh n0 ;;
     matrix) step matrix 330 env OUT="$out" bash bench/gpu_pytest_matrix.sh nauto n2 n0 ;;
     probes) step pool_recovery 120 python3 -m bench.probes.pool_recovery ;;
+    checkall)
+      for t in breakable_cudagraph tests.vllm_minimal verification.targets.breakable_cuda_graphs; do
+        step "check_all_$t" 120 python3 -m verification check all --target "$t" --device cuda
+      done ;;
     certify_library) step certify_library 150 python3 -m verification certify --device cuda --out "$out/certify-library" ;;
     certify_vllm) step certify_vllm_minimal 240 python3 -m verification certify --target tests.vllm_minimal --device cuda --examples 2000 --max-ops 16 --no-sensitivity --out "$out/certify-vllm-minimal" ;;
     certify)

@@ -202,6 +202,23 @@ def test_one_byte_pool_tensor_passed_to_a_break_is_not_owned_by_the_capture(
     assert out.item() == 5
 
 
+def test_add_eager_call_holds_pool_arguments_without_owning_them(bcg_device: str) -> None:
+    # add_eager_call holds its arguments as the decorator does: a capture intermediate it was
+    # given dies with the caller's last reference, and replay still reads its memory.
+    x = torch.zeros(64, device=bcg_device)
+    out = torch.zeros_like(x)
+    with BreakableCUDAGraphCapture() as capture:
+        y = x + 1
+        capture.add_eager_call(out.copy_, (y,), {})
+    probe = weakref.ref(y)
+    del y
+    gc.collect()
+    assert probe() is None
+    x.fill_(4)
+    capture.replay()
+    assert torch.equal(out, torch.full_like(out, 5))
+
+
 @pytest.mark.gpu  # the simulator has no sparse device tensors
 def test_sparse_tensor_given_to_a_break_is_held_as_it_is(bcg_device: str) -> None:
     # A sparse tensor has no storage to alias: asking for one raises, so it must be held.
