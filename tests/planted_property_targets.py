@@ -441,6 +441,16 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "faults",
         _edited("capture", "            self._eager_step_error = exc\n", "            pass\n"),
     ),
+    "break_error_wrapped": (
+        "an exception a break raises at capture reaches its caller wrapped in another",
+        "faults",
+        _edited(
+            "capture",
+            "            self._eager_step_error = exc\n            raise\n",
+            "            self._eager_step_error = exc\n"
+            "            raise RuntimeError('eager step failed') from exc\n",
+        ),
+    ),
     "collector_not_paused": (
         "the cyclic collector stays on while a capture is open",
         "faults",

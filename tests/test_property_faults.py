@@ -31,6 +31,7 @@ def test_capture_end_warnings_swallowed_are_found(bcg_kind, tmp_path):
         ("no_abort_when_capture_end_raises", "still active"),
         ("any_capture_end_warning_means_empty", "taken for an empty one"),
         ("caught_break_error_forgotten", "caught it inside the `with` block"),
+        ("break_error_wrapped", "not as raised"),
     ],
 )
 def test_planted_collector_and_capture_end_bugs_are_found(bcg_kind, tmp_path, bug, says):

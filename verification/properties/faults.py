@@ -375,6 +375,7 @@ def caught_break_problem(config: CheckConfig) -> str | None:
     out = torch.zeros_like(x)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
+    caught = False
     try:
         with torch.cuda.stream(side), collector_paused():
             capture = target.BreakableCUDAGraphCapture()
@@ -383,10 +384,13 @@ def caught_break_problem(config: CheckConfig) -> str | None:
                 try:
                     fast(y, out)
                 except InjectedFault:
+                    caught = True
                     out.copy_(y * 0.5)  # the fallback, captured
                 z = out + 1
-    except Exception:  # refused to close: what the check prefers
-        left = _left_active(target)
+    except Exception as error:
+        if not caught:
+            return f"a break that raised at capture reached its caller as {error!r}, not as raised"
+        left = _left_active(target)  # refused to close: what the check prefers
         return None if left is None else f"after a capture refused to close: {left}"
     finally:
         torch.cuda.current_stream().wait_stream(side)
