@@ -5,7 +5,8 @@ times, each in a fresh process, and records per run the rate the command prints 
 over the examples' own time), the start-up it prints beside it, the rate with that start-up counted, the rate over
 the whole process (interpreter, imports and start-up included) and the load average just before.
 Writes ``results/sim_fuzz_rate.json`` with the medians and prints one line (budget: 40
-examples/s). Run from the repository root: ``python -m bench.sim_fuzz_rate [--runs 5]``.
+examples/s). A shared machine's core speed moves by 2x between hours with no load to show
+for it, so the file also records how long a fixed pure-Python loop takes, before and after. Run from the repository root: ``python -m bench.sim_fuzz_rate [--runs 5]``.
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ def one_run() -> dict[str, float]:
     }
 
 
+def calibration_s() -> float:
+    """Seconds for ten million iterations of a bare Python loop: the core's speed now."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(10_000_000):
+        total += i
+    return time.perf_counter() - start
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sim_fuzz_rate")
     parser.add_argument("--runs", type=int, default=5)
@@ -64,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1:
         print("error: --runs must be at least 1", file=sys.stderr)
         return 2
+    before = calibration_s()
     runs = [one_run() for _ in range(args.runs)]
+    calibration = {"before_s": before, "after_s": calibration_s()}
     medians = {
         key: statistics.median(run[key] for run in runs)
         for key in (
@@ -77,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     result = {"command": "python -m verification fuzz --device sim", "budget": BUDGET}
     result |= {"runs": runs, "median": medians, "cpus": os.cpu_count()}
+    result["calibration_loop_10M"] = calibration
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(
@@ -84,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         f"(start-up {medians['startup_s']:.1f} s apart), "
         f"{medians['with_startup_examples_per_s']:.1f} with it, "
         f"{medians['process_examples_per_s']:.1f} over the whole process, over {args.runs} runs "
-        f"at load {medians['load_1min']:.2f} (budget {BUDGET:.0f})"
+        f"at load {medians['load_1min']:.2f}, 10M-step loop {before:.2f} s "
+        f"(budget {BUDGET:.0f})"
     )
     return 0
 
