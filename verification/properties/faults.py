@@ -8,7 +8,7 @@ capture into the same pool and its replays, and the next replay of a capture tha
 mid-replay, must equal eager. A break that raises at capture and is caught inside the ``with``
 block (a fallback to another kernel) must make the capture refuse to close, or replay what ran
 at capture: never a capture silently cut short. A warning ``capture_end`` raises must reach
-the caller. An
+the caller, and its graph must still replay. An
 earlier capture freed by the cyclic collector while a capture is open must not break it (the
 target keeps the collector off while capturing), and the collector must be on again after.
 
