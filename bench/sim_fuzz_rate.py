@@ -2,11 +2,12 @@
 
 Runs ``python -m verification fuzz --device sim`` (its defaults: 100 examples) ``--runs``
 times, each in a fresh process, and records per run the rate the command prints (examples
-over the examples' own time), the start-up it prints beside it, the rate with that start-up counted, the rate over
-the whole process (interpreter, imports and start-up included) and the load average just before.
-Writes ``results/sim_fuzz_rate.json`` with the medians and prints one line (budget: 40
-examples/s). A shared machine's core speed moves by 2x between hours with no load to show
-for it, so the file also records how long a fixed pure-Python loop takes, before and after. Run from the repository root: ``python -m bench.sim_fuzz_rate [--runs 5]``.
+over the examples' own time), the start-up it prints beside it, the rate with that start-up
+counted, the rate over the whole process (interpreter and imports included) and the load
+average just before. Writes ``results/sim_fuzz_rate.json`` with the medians and prints one
+line (budget: 40 examples/s). A shared machine's core speed moves by 2x between hours with no
+load to show for it, so the file also records how long a fixed pure-Python loop takes,
+before and after. Run from the repository root: ``python -m bench.sim_fuzz_rate [--runs 5]``.
 """
 
 from __future__ import annotations
@@ -87,9 +88,14 @@ def main(argv: list[str] | None = None) -> int:
             "load_1min",
         )
     }
-    result = {"command": "python -m verification fuzz --device sim", "budget": BUDGET}
-    result |= {"runs": runs, "median": medians, "cpus": os.cpu_count()}
-    result["calibration_loop_10M"] = calibration
+    result = {
+        "command": "python -m verification fuzz --device sim",
+        "budget": BUDGET,
+        "runs": runs,
+        "median": medians,
+        "cpus": os.cpu_count(),
+        "calibration_loop_10M": calibration,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(

@@ -284,7 +284,12 @@ def _edited(module: str, old: str, new: str) -> Callable[[ModuleType], None]:
         exec(compile(source.replace(old, new), str(path), "exec"), namespace)
         # Names the package and its other modules imported from this one (the decorator, the
         # runner, end_graph) are rebound to the rewritten objects.
-        modules = [lib, *(m for m in vars(lib).values() if isinstance(m, ModuleType))]
+        own = lib.__name__ + "."
+        modules = [lib] + [
+            m
+            for m in vars(lib).values()
+            if isinstance(m, ModuleType) and m.__name__.startswith(own)
+        ]
         for other in modules:
             for name, value in list(vars(other).items()):
                 if name in namespace and before.get(name) is value is not namespace[name]:

@@ -126,7 +126,7 @@ class _Capture:
         """Runs ``fn`` now, between two segments, and again at every replay; returns the
         capture-time result, which replay does not refresh."""
         if _Capture.current() is not self:
-            # vLLM relies on torch's capture_end refusing another thread's stream; this
+            # vLLM leaves this to torch's capture_end, which checks the current stream; this
             # stand-in forgets a segment before ending it, so it refuses up front.
             raise RuntimeError("add_eager needs this capture open in this thread")
         replay_args, replay_kwargs = args, kwargs
