@@ -12,10 +12,12 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
 
+ROOT = Path(__file__).resolve().parent.parent
 _TIMEOUT = 300
 
 
@@ -31,6 +33,9 @@ def host(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.P
     """A host project that has not asked for anything through the environment."""
     for name in ("BCG_PROFILE", "BCG_DEVICE", "BCG_HYPOTHESIS_DB", "PYTEST_ADDOPTS"):
         monkeypatch.delenv(name, raising=False)
+    # This checkout's plugin, not that of whichever checkout is installed (editable).
+    paths = [str(pytester.path), str(ROOT), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
     return pytester
 
 
@@ -46,14 +51,25 @@ NO_GPU = pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine w
     "option, message",
     [
         ("--bcg-shard=3/2", "--bcg-shard expects i/n"),
-        ("--bcg-target=no_such_target_module", "no_such_target_module"),
+        ("--bcg-target=no_such_target_module", "--bcg-target=no_such_target_module: *"),
+        ("--bcg-target=", "--bcg-target=: the target module name is empty*"),
+        ("--bcg-target=raising_target", "raising_target* it raised RuntimeError: at import*"),
+        ("--bcg-target=syntax_target", "syntax_target* syntax error at *syntax_target.py:1*"),
         ("--bcg-profile=nightly", "unknown bcg profile 'nightly'"),
         ("--bcg-device=tpu", "must be one of auto, cuda, sim"),
-        pytest.param("--bcg-device=cuda", "torch sees no GPU", marks=NO_GPU),
+        pytest.param("--bcg-device=cuda", "--bcg-device=cuda: torch sees no GPU", marks=NO_GPU),
+        pytest.param("BCG_DEVICE=cuda", "BCG_DEVICE=cuda: torch sees no GPU", marks=NO_GPU),
+        ("BCG_DEVICE=tpu", "BCG_DEVICE=tpu: must be one of*"),
+        ("BCG_PROFILE=nightly", "BCG_PROFILE: unknown bcg profile 'nightly'"),
     ],
 )
-def test_bad_option_is_a_usage_error_not_an_internal_error(host, option, message):
+def test_bad_option_is_a_usage_error_not_an_internal_error(host, monkeypatch, option, message):
     host.makepyfile("def test_nothing(): pass")
+    host.makepyfile(raising_target="raise RuntimeError('at import')")
+    host.makepyfile(syntax_target="def broken(:\n    pass")
+    if option.startswith("BCG_"):
+        monkeypatch.setenv(*option.split("=", 1))
+        option = "-q"
     result = _run(host, option)
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
     output = result.stdout.str() + result.stderr.str()
@@ -236,3 +252,40 @@ def test_host_package_named_verification_leaves_the_plugin_inactive_not_broken(h
     assert result.ret == pytest.ExitCode.OK, output
     assert "No module named" not in output
     assert f"bcg plugin inactive: the package 'verification' at {shadow}" in output, output
+
+
+ONE_TEST = """
+import sys
+
+
+def test_one():
+    # Loaded and configured, the plugin has imported neither.
+    assert "torch" not in sys.modules and "hypothesis" not in sys.modules, sorted(
+        m for m in ("torch", "hypothesis") if m in sys.modules
+    )
+"""
+
+
+def test_plugin_costs_nothing_until_used_and_says_so_once_it_is(host):
+    # Without a bcg option or fixture: no torch, no hypothesis, no header line.
+    host.makepyfile(test_one=ONE_TEST)
+    quiet = _run(host, "-p", "no:xdist")
+    quiet.assert_outcomes(passed=1)
+    assert "bcg:" not in quiet.stdout.str()
+    # A test using a fixture makes it active: the header comes after collection.
+    host.makepyfile(test_two="def test_two(bcg_kind):\n    assert bcg_kind == 'sim'")
+    used = _run(host, "-p", "no:xdist", "--bcg-device=sim", "test_two.py")
+    used.assert_outcomes(passed=1)
+    used.stdout.fnmatch_lines(["bcg: device=sim target=breakable_cudagraph profile=host shard=0/1"])
+    fixture_only = _run(host, "-p", "no:xdist", "test_two.py")
+    fixture_only.stdout.fnmatch_lines(["collected 1 item", "bcg: device=* target=* shard=0/1"])
+    # Control: the same one-test check fails once torch is in (the fixture's test imports it).
+    both = _run(host, "-p", "no:xdist", "-p", "no:randomly", "test_two.py", "test_one.py")
+    both.assert_outcomes(passed=1, failed=1)
+
+
+def test_the_plugins_default_target_is_the_harness_default():
+    from verification import plugin
+    from verification.targets import DEFAULT_TARGET
+
+    assert plugin.DEFAULT_TARGET == DEFAULT_TARGET

@@ -1,9 +1,11 @@
-"""certify's progress bar draws with rich on a terminal and degrades to one plain line per
-check otherwise, so CI logs stay readable."""
+"""Progress: drawn by rich on a terminal, with the count, the rate and the time left; nothing at
+all when output is not a terminal or under ``-q``, so logs and pipes stay clean."""
 
 from __future__ import annotations
 
 import io
+import re
+import time
 
 import pytest
 
@@ -15,26 +17,36 @@ class _Terminal(io.StringIO):
         return True
 
 
-def test_not_a_terminal_prints_plain_lines_at_each_tenth_of_the_budget():
+def test_not_a_terminal_prints_nothing():
     stream = io.StringIO()
     with progress_bar(stream) as (start, advance):
         start("fuzz", 100)
         for _ in range(25):
             advance(1)
-        start("sensitivity", None)
+        start("sensitivity", None, "targets")
         advance(1)
-    assert stream.getvalue().splitlines() == [
-        "certify: running fuzz (up to 100 examples)",
-        "certify: fuzz 10/100",
-        "certify: fuzz 20/100",
-        "certify: running sensitivity (up to ? examples)",
-    ]
+    assert stream.getvalue() == ""
 
 
-def test_terminal_draws_a_bar_per_check():
+def test_quiet_prints_nothing_even_on_a_terminal():
+    stream = _Terminal()
+    with progress_bar(stream, quiet=True) as (start, advance):
+        start("fuzz", 4)
+        advance(4)
+    assert stream.getvalue() == ""
+
+
+def test_terminal_draws_a_bar_per_step_with_count_unit_and_rate():
     pytest.importorskip("rich")
     stream = _Terminal()
     with progress_bar(stream) as (start, advance):
         start("fuzz", 4)
-        advance(4)
-    assert "fuzz" in stream.getvalue() and "certify: running" not in stream.getvalue()
+        advance(2)
+        time.sleep(0.05)  # rich's rate needs two samples apart in time
+        advance(2)
+        start("sensitivity", 3, "targets")
+        advance(3)
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stream.getvalue())
+    assert "fuzz" in drawn and "4/4 examples" in drawn
+    assert "sensitivity" in drawn and "3/3 targets" in drawn
+    assert "/s" in drawn

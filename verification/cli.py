@@ -139,10 +139,10 @@ def _certify(args: argparse.Namespace) -> int:
         results = certify_.run_checks(run, start_check)
         found = None
         if args.sensitivity:
-            start_check("sensitivity", len(sensitivity.planted_targets() or []))
+            start_check("sensitivity", len(sensitivity.planted_targets() or []), "targets")
             found = sensitivity.measure(kind, args.seed, advance)
         if args.mutants:
-            start_check("mutation", args.mutants)
+            start_check("mutation", args.mutants, "mutants")
             results.append(mutation_check(run, args.mutants))
     for result in results:
         for finding, text in zip(result.findings, result.reproducers):

@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-import torch
-
 DEVICE_CHOICES = ("auto", "cuda", "sim")
 # What tests allocate on for each resolved kind: the simulator's device tensors are
 # ``cuda`` tensors too, so code written for a GPU runs unchanged on it.
@@ -25,6 +23,10 @@ class UsageError(Exception):
 def resolve_device(choice: str) -> str:
     if choice not in DEVICE_CHOICES:
         raise UsageError(f"unknown device {choice!r}; choose one of {', '.join(DEVICE_CHOICES)}")
+    # Imported here, not at the top: the pytest plugin imports this module in every host
+    # project, and torch costs seconds there (issue 24).
+    import torch
+
     has_gpu = torch.cuda.is_available()
     if choice == "auto":
         return "cuda" if has_gpu else "sim"

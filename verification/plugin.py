@@ -1,10 +1,11 @@
 """Pytest plugin ``bcg`` (``pytest11`` entry point): device, target, shard and profile options,
 session-scoped fixtures safe under hypothesis, the ``gpu``/``sim`` markers, one GPU per xdist worker.
 
-It is active only where used: the simulator opens only around tests that use ``bcg_device``;
-the ``bcg-*`` hypothesis profiles load only on ``--bcg-profile``, ``BCG_PROFILE`` or ini
-``bcg_profile``, never over ``--hypothesis-profile``; workers are pinned to GPUs only with ini
-``bcg_gpu_per_worker = true``. Bad options are pytest usage errors (exit 4), never INTERNALERROR.
+It costs nothing until used: loading it imports neither torch nor hypothesis, which come in
+only for a test that uses its fixtures or markers, or a run given one of its options,
+``BCG_*`` variables or ini keys; such a run prints a ``bcg:`` header line. The ``bcg-*``
+hypothesis profiles load only on request, never over ``--hypothesis-profile``. Bad options are
+pytest usage errors (exit 4) naming the option as the user gave it, never INTERNALERROR.
 """
 
 from __future__ import annotations
@@ -15,29 +16,28 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pytest
-import torch
-from hypothesis import HealthCheck, settings
 
-from verification.devices import DEVICE_CHOICES, TORCH_DEVICE, UsageError, device_context
-from verification.devices import resolve_device as _resolve_device
-from verification.exampledb import shared_database
-from verification.shard import UNSHARDED, FuzzChunk, Shard, parse_shard, plan, select
-from verification.targets import DEFAULT_TARGET, load_target
-from verification.workers import gpu_for_worker, visible_gpus
+# Neither module imports torch or hypothesis: everything that does is imported where used.
+from verification.devices import DEVICE_CHOICES, TORCH_DEVICE, UsageError
+from verification.shard import UNSHARDED, FuzzChunk, Shard, parse_shard
 
-_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+# verification.targets.DEFAULT_TARGET, written out because importing that package pulls in
+# the target machinery; tests/test_plugin.py checks that the two agree.
+DEFAULT_TARGET = "breakable_cudagraph"
 PROFILES = {"bcg-ci": 25, "bcg-dev": 200, "bcg-thorough": 2000}
-for _name, _examples in PROFILES.items():
-    # Registering adds names only; nothing is loaded here (see _apply_hypothesis_settings).
-    settings.register_profile(
-        _name, max_examples=_examples, deadline=None, suppress_health_check=_SLOW_OK
-    )
+PROFILE_MEANINGS = {
+    "bcg-ci": "a quick smoke run for every push",
+    "bcg-dev": "a developer's run before review",
+    "bcg-thorough": "a nightly or release run",
+}
 
 # Marker -> (the device kind it needs, why it is skipped elsewhere).
 MARKERS = {
     "gpu": ("cuda", "needs a real CUDA device; this run uses the simulator"),
     "sim": ("sim", "checks the CUDA simulator itself; this run is on a real GPU"),
 }
+# A test using one of these (or a marker above) makes the plugin active.
+FIXTURES = ("bcg_device", "bcg_kind", "bcg_target", "bcg_shard", "bcg_fuzz_chunk")
 _WORKER_GPU = "bcg_gpu"  # key of the controller's choice in xdist's workerinput
 _T = TypeVar("_T")
 
@@ -45,20 +45,25 @@ _T = TypeVar("_T")
 @dataclass
 class _State:
     choice: str
+    choice_from: str  # how the user gave the device, for error messages
     target: str
     shard: Shard
     profile: str | None
+    asked: bool  # an option, BCG_* variable or ini key of the plugin was given
     kind: str | None = None  # resolved on first use: "auto" must not touch CUDA needlessly
+    header_shown: bool = False
+    database: Any = None  # BCG_HYPOTHESIS_DB's hypothesis ExampleDatabase, checked at configure
 
 
 _STATE = pytest.StashKey[_State]()
 
 
-def _usage(call: Callable[..., _T], *args: Any) -> _T:
+def _usage(call: Callable[..., _T], *args: Any, option: str | None) -> _T:
+    """``call(*args)``, its UsageError made pytest's, prefixed with the option it is about."""
     try:
         return call(*args)
     except UsageError as error:
-        raise pytest.UsageError(str(error)) from None
+        raise pytest.UsageError(f"{option}: {error}" if option else str(error)) from None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -66,26 +71,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--bcg-device",
         default=None,
-        help="auto (default, or $BCG_DEVICE): the GPU if torch sees one, else the CUDA "
-        "simulator; cuda or sim force one",
+        help="where tests using bcg_device run: auto (the GPU if torch sees one, else the CUDA "
+        "simulator), cuda or sim (default: $BCG_DEVICE, else auto)",
     )
     group.addoption(
         "--bcg-target",
-        default=DEFAULT_TARGET,
+        default=None,
         metavar="MODULE",
-        help=f"implementation the property and fuzz tests check (default {DEFAULT_TARGET})",
+        help=f"importable module the property and fuzz tests check (default: {DEFAULT_TARGET})",
     )
     group.addoption(
         "--bcg-shard",
-        default=str(UNSHARDED),
+        default=None,
         metavar="I/N",
-        help="run fuzz chunks I mod N only; the N shards together run the unsharded budget",
+        help="run fuzz chunks I mod N only; the N shards together run the unsharded budget "
+        f"(default: {UNSHARDED}, every chunk)",
+    )
+    meanings = "; ".join(
+        f"{name.removeprefix('bcg-')}: {examples} examples, {PROFILE_MEANINGS[name]}"
+        for name, examples in PROFILES.items()
     )
     group.addoption(
         "--bcg-profile",
         default=None,
-        help="load hypothesis profile bcg-ci, bcg-dev or bcg-thorough (short names accepted; "
-        "default $BCG_PROFILE, then ini bcg_profile, else the host's own profile)",
+        metavar="NAME",
+        help=f"load hypothesis profile bcg-NAME ({meanings}) (default: $BCG_PROFILE, then ini "
+        "bcg_profile, else the host's own profile)",
     )
     parser.addini("bcg_profile", "bcg profile this project's suite asks for", default="")
     parser.addini(
@@ -97,40 +108,58 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _profile_name(config: pytest.Config) -> str | None:
-    asked = (
-        config.getoption("bcg_profile")
-        or os.environ.get("BCG_PROFILE")
-        or config.getini("bcg_profile")
-    )
+    given = [
+        ("--bcg-profile", config.getoption("bcg_profile")),
+        ("BCG_PROFILE", os.environ.get("BCG_PROFILE")),
+        ("ini bcg_profile", config.getini("bcg_profile")),
+    ]
+    source, asked = next(((s, v) for s, v in given if v), ("", None))
     if not asked:
         return None
     name = asked if asked.startswith("bcg-") else f"bcg-{asked}"
     if name not in PROFILES:
-        raise pytest.UsageError(
-            f"unknown bcg profile {asked!r}; choose one of {', '.join(PROFILES)}"
-        )
+        short = ", ".join(p.removeprefix("bcg-") for p in PROFILES)
+        raise pytest.UsageError(f"{source}: unknown bcg profile {asked!r}; choose one of {short}")
     return name
 
 
-def _device_choice(config: pytest.Config) -> str:
-    choice = config.getoption("bcg_device") or os.environ.get("BCG_DEVICE") or "auto"
+def _device_choice(config: pytest.Config) -> tuple[str, str]:
+    """The device asked for, and how it was asked (the option or the variable)."""
+    if config.getoption("bcg_device"):
+        choice, source = config.getoption("bcg_device"), "--bcg-device"
+    elif os.environ.get("BCG_DEVICE"):
+        choice, source = os.environ["BCG_DEVICE"], "BCG_DEVICE"
+    else:
+        return "auto", ""
     if choice not in DEVICE_CHOICES:
-        raise pytest.UsageError(
-            f"--bcg-device (or BCG_DEVICE) must be one of {', '.join(DEVICE_CHOICES)}, "
-            f"got {choice!r}"
-        )
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise pytest.UsageError(
-            "--bcg-device=cuda was asked for but torch sees no GPU; use --bcg-device=sim"
-        )
-    return choice
+        raise pytest.UsageError(f"{source}={choice}: must be one of {', '.join(DEVICE_CHOICES)}")
+    if choice == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise pytest.UsageError(
+                f"{source}=cuda: torch sees no GPU here; use {source}=sim for the simulator"
+            )
+    return choice, source
 
 
 def _kind(config: pytest.Config) -> str:
     state = config.stash[_STATE]
     if state.kind is None:
-        state.kind = _usage(_resolve_device, state.choice)
+        from verification.devices import resolve_device
+
+        state.kind = _usage(resolve_device, state.choice, option=state.choice_from or "device")
     return state.kind
+
+
+def _register_profiles() -> None:
+    from hypothesis import HealthCheck, settings
+
+    slow_ok = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+    for name, examples in PROFILES.items():
+        settings.register_profile(
+            name, max_examples=examples, deadline=None, suppress_health_check=slow_ok
+        )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -145,15 +174,38 @@ def pytest_configure(config: pytest.Config) -> None:
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     target = config.getoption("bcg_target")
+    shard = config.getoption("bcg_shard")
+    choice, choice_from = _device_choice(config)
     state = _State(
-        choice=_device_choice(config),
-        target=target,
-        shard=_usage(parse_shard, config.getoption("bcg_shard")),
+        choice=choice,
+        choice_from=choice_from,
+        target=DEFAULT_TARGET if target is None else target,
+        shard=UNSHARDED if shard is None else _usage(parse_shard, shard, option="--bcg-shard"),
         profile=_profile_name(config),
+        asked=bool(
+            choice_from
+            or target is not None
+            or shard is not None
+            or config.getini("bcg_gpu_per_worker")
+            or os.environ.get("BCG_HYPOTHESIS_DB")
+        ),
     )
+    state.asked = state.asked or state.profile is not None
     config.stash[_STATE] = state
-    if target != DEFAULT_TARGET:
-        _usage(load_target, target)
+    # hypothesis's own plugin loads --hypothesis-profile in its pytest_configure, after this
+    # tryfirst one: a bcg-* name must be registered by then.
+    hypothesis_profile = config.getoption("hypothesis_profile", None) or ""
+    if state.profile is not None or hypothesis_profile.startswith("bcg-"):
+        _register_profiles()
+    if os.environ.get("BCG_HYPOTHESIS_DB"):
+        from verification.exampledb import shared_database
+
+        # Its errors name the variable and its value already.
+        state.database = _usage(shared_database, option=None)
+    if target is not None:
+        from verification.targets import load_target
+
+        _usage(load_target, state.target, option=f"--bcg-target={target}")
     if state.choice != "auto" or config.getini("bcg_gpu_per_worker"):
         _kind(config)
 
@@ -164,33 +216,53 @@ def pytest_configure_node(node: Any) -> None:
     config = node.config
     if not config.getini("bcg_gpu_per_worker") or _kind(config) != "cuda":
         return
+    import torch
+
+    from verification.workers import gpu_for_worker, visible_gpus
+
     gpus = visible_gpus(os.environ, torch.cuda.device_count())
     node.workerinput[_WORKER_GPU] = gpu_for_worker(node.workerinput["workerid"], gpus)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _apply_hypothesis_settings(session.config)
-
-
-def _apply_hypothesis_settings(config: pytest.Config) -> None:
     # After every pytest_configure, so hypothesis's own --hypothesis-* options are applied.
+    config = session.config
     state = config.stash[_STATE]
     if state.profile is not None and not config.getoption("hypothesis_profile", None):
+        from hypothesis import settings
+
         settings.load_profile(state.profile)
-    database = shared_database()
-    if database is not None:
-        settings.register_profile("bcg-shared-db", settings.default, database=database)
+    if state.database is not None:
+        from hypothesis import settings
+
+        settings.register_profile("bcg-shared-db", settings.default, database=state.database)
         settings.load_profile("bcg-shared-db")
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def _header(config: pytest.Config) -> str:
     state = config.stash[_STATE]
-    if state.kind is None:
-        return None
+    state.header_shown = True
     return (
-        f"bcg: device={state.kind} target={state.target} shard={state.shard} "
-        f"profile={state.profile or 'host'}"
+        f"bcg: device={_kind(config)} target={state.target} "
+        f"profile={state.profile or 'host'} shard={state.shard}"
     )
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return _header(config) if config.stash[_STATE].asked else None
+
+
+def _uses_plugin(item: pytest.Item) -> bool:
+    names = getattr(item, "fixturenames", ())
+    return any(n in names for n in FIXTURES) or any(item.get_closest_marker(m) for m in MARKERS)
+
+
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> str | None:
+    # Asked through no option, the plugin is active only if a test uses it: known only now.
+    state = config.stash[_STATE]
+    if state.header_shown or config.get_verbosity() < 0 or not any(map(_uses_plugin, items)):
+        return None
+    return _header(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -208,6 +280,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """``bcg_fuzz_chunk``: the test runs once per fuzz chunk of this shard (see shard.py)."""
     if "bcg_fuzz_chunk" not in metafunc.fixturenames:
         return
+    from hypothesis import settings
+
+    from verification.shard import plan, select
+
     state = metafunc.config.stash[_STATE]
     chunks: list[FuzzChunk] = select(plan(settings.default.max_examples), state.shard)
     metafunc.parametrize("bcg_fuzz_chunk", chunks, ids=[f"chunk{c.index}" for c in chunks])
@@ -248,6 +324,10 @@ def _bcg_device_scope(request: pytest.FixtureRequest) -> Iterator[None]:
     if "bcg_device" not in request.fixturenames and request.node.get_closest_marker("gpu") is None:
         yield
         return
+    import torch
+
+    from verification.devices import device_context
+
     kind = _kind(request.config)
     # A GPU worker's kernels are warm or not by what ran before: tests are not strict.
     with device_context(kind, strict_warmup=False):
@@ -258,6 +338,8 @@ def _bcg_device_scope(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def _fail_unless_clean() -> None:
+    import torch
+
     problems = []
     if torch.cuda.is_current_stream_capturing():
         problems.append(

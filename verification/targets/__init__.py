@@ -55,14 +55,28 @@ class Target:
 
 
 def _import(name: str) -> Any:
+    """The target's module; any failure to import it is the user's to fix: one line, no traceback."""
+    if not name.strip():
+        raise UsageError("the target module name is empty; give an importable module name")
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as error:
         if error.name is not None and name.startswith(error.name):
             raise UsageError(
-                f"target module {name!r} cannot be imported; install it or fix --target"
-            ) from error
-        raise
+                f"target module {name!r} cannot be imported: no module named {error.name!r}"
+            ) from None
+        raise UsageError(f"target module {name!r} cannot be imported: {error}") from None
+    except SyntaxError as error:
+        where = f"{error.filename}:{error.lineno}" if error.filename else "its source"
+        raise UsageError(
+            f"target module {name!r} cannot be imported: syntax error at {where} ({error.msg})"
+        ) from None
+    except Exception as error:
+        # The module itself raised while importing (or the name is malformed, e.g. '.x').
+        raise UsageError(
+            f"target module {name!r} cannot be imported: it raised "
+            f"{type(error).__name__}: {' '.join(str(error).split())}"
+        ) from None
 
 
 def _missing(module: Any) -> list[str]:
