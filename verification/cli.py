@@ -18,16 +18,22 @@ from typing import NoReturn
 from verification import certify as certify_
 from verification import check_command, fuzz_op, sensitivity
 from verification.checks import CertifyRun
-from verification.cli_support import campaign_config, print_findings, writable_dir
+from verification.cli_support import (
+    campaign_config,
+    print_findings,
+    remove_new_outputs,
+    writable_dir,
+)
 from verification.contracts import CONTRACTS, get_contract
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
 from verification.fuzz import CampaignResult, run_campaign, run_isolated
 from verification.mutation import command as mutate_command
 from verification.mutation.check import mutation_check
+from verification.mutation.engine import require_cosmic_ray
 from verification.progress import progress_bar
 from verification.targets import DEFAULT_TARGET, load_target
 
-EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -131,6 +137,8 @@ def _certify(args: argparse.Namespace) -> int:
             setattr(args, name, getattr(profile, name))
     target = load_target(args.target, args.contract)
     ops = certify_.load_ops(args.ops)
+    if args.mutants:
+        require_cosmic_ray()  # before the campaign, not after it
     writable_dir(args.out, "--out")
     config = campaign_config(args, args.out / "reproducers")
     config.ops = ops
@@ -177,5 +185,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return check_command.main(args, argv)
         return _certify(args)
     except UsageError as error:
+        remove_new_outputs()
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        # Ctrl-C: one line, no partial certificate or report, the shell's status for SIGINT.
+        remove_new_outputs()
+        print("interrupted: nothing written", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -226,10 +226,17 @@ def _judge(worker: _Worker, spec: MutationSpec, relative: str) -> Mutant | None:
     return mutant
 
 
+def require_cosmic_ray() -> None:
+    """A usage error unless cosmic-ray is installed: checked before any work starts."""
+    if cosmic_ray is None:
+        raise UsageError(
+            "mutation testing needs cosmic-ray: pip install 'breakable-cudagraph[mutation]'"
+        )
+
+
 def run_mutation(config: MutationConfig) -> MutationResult:
     """Runs the campaign; raises UsageError for a target or stage that cannot be used."""
-    if cosmic_ray is None:
-        raise UsageError("mutate needs cosmic-ray: pip install 'breakable-cudagraph[mutation]'")
+    require_cosmic_ray()
     source = find_source(config.target)
     stages = build_stages(config.unit_tests, config.harness)
     if not stages:
