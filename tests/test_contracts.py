@@ -97,18 +97,23 @@ def test_checker_notes_leave_the_verdict_and_are_listed_apart_from_findings():
     assert _result("memory-held", *notes).verdict == "explained"
     finding = {"violation": "v", "message": "m", "explanation": "e", "steps": 1, "seed": 0}
     cert = {
+        "verdict": "pass",
         "simulated": True,
         "passed": True,
-        "target": {"name": "t", "version": None, "commit": None},
-        "contract": {"name": "returns", "source": "s", "summary": "s"},
+        "command": None,
+        "total_seconds": None,
+        "target": {"name": "t", "version": None, "describe": "not in a git repository"},
+        "contract": {"name": "returns", "source": "declared", "summary": "s"},
+        "profile": {"name": "quick", "overrides": {}, "label": "quick"},
         "device": "sim",
-        "environment": dict.fromkeys(("gpu", "driver", "cuda", "torch", "hypothesis")),
+        "environment": dict.fromkeys(("gpu", "driver", "cuda", "torch", "hypothesis", "python")),
         "settings": dict.fromkeys(
             ("profile", "seed", "examples", "max_ops", "max_breaks", "replays")
         ),
         "checks": [
             {
-                "name": "properties",
+                "name": "pool",
+                "kind": "property",
                 "examples": 1,
                 "seconds": 0,
                 "verdict": "pass",
@@ -117,6 +122,7 @@ def test_checker_notes_leave_the_verdict_and_are_listed_apart_from_findings():
         ],
         "coverage": {},
         "sensitivity": None,
+        "sensitivity_skipped": "--no-sensitivity was given",
         "date": "d",
     }
     text = markdown(cert)

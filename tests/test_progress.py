@@ -4,8 +4,12 @@ all when output is not a terminal or under ``-q``, so logs and pipes stay clean.
 from __future__ import annotations
 
 import io
+import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +54,14 @@ def test_terminal_draws_a_bar_per_step_with_count_unit_and_rate():
     assert "fuzz" in drawn and "4/4 examples" in drawn
     assert "sensitivity" in drawn and "3/3 targets" in drawn
     assert "/s" in drawn
+
+
+def test_a_piped_fuzz_run_prints_no_progress(tmp_path):
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-m", "verification", "fuzz", "--device", "sim", "--examples", "2"],
+        cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""

@@ -1,10 +1,12 @@
 """Certify a target before upstreaming: run every check of :data:`~verification.checks.CHECKS`
 under a profile, and write ``certificate.json`` and ``certificate.md``.
 
-:func:`run_checks` runs the table; :func:`certificate` turns the results into a plain dict
-(target and commit, contract, environment, settings, per-check verdicts, coverage,
-sensitivity); :func:`markdown` renders it for a pull request, its first line saying
-SIMULATED when the CUDA simulator stood in for a GPU. Only target bugs fail a certificate.
+:func:`run_checks` runs the table; :func:`certificate` turns the results into plain data (the
+verdict, the exact command and total time, the target with its version and commit, the
+contract and how it was chosen, the device, the profile with any overrides, a row per check,
+coverage, sensitivity); :func:`markdown` renders it so that its heading answers what was run,
+on what, how and how strongly, SIMULATED first when the CUDA simulator stood in for a GPU.
+Only target bugs fail a certificate. JSON keys are identifiers.
 """
 
 from __future__ import annotations
@@ -22,8 +24,12 @@ import hypothesis
 import torch
 
 from verification.checks import CHECKS, CertifyRun, CheckResult
+from verification.contracts import DECLARATION, LEGACY_DECLARATION
 from verification.finding_kinds import FINDING_KINDS, about_target, fails_certificate
 from verification.ops.spec import OpSpec
+from verification.properties import PROPERTIES
+from verification.provenance import provenance
+from verification.sensitivity import UNAVAILABLE
 from verification.targets import Target
 
 
@@ -33,12 +39,15 @@ class Profile:
     max_ops: int
     max_breaks: int
     replays: int
+    meaning: str = ""
 
 
 PROFILES: dict[str, Profile] = {
-    "quick": Profile(examples=50, max_ops=8, max_breaks=3, replays=3),
-    "standard": Profile(examples=300, max_ops=12, max_breaks=4, replays=3),
-    "thorough": Profile(examples=2000, max_ops=16, max_breaks=6, replays=4),
+    "quick": Profile(50, 8, 3, 3, "a smoke test: does the target run under the harness at all"),
+    "standard": Profile(300, 12, 4, 3, "the evidence a pull request needs"),
+    "thorough": Profile(
+        2000, 16, 6, 4, "before a release, on the GPU: long programs, 10,000 repetition cycles"
+    ),
 }
 DEFAULT_PROFILE = "standard"
 
@@ -63,24 +72,6 @@ def run_checks(
         on_check(check.name, check.budget(run))
         results.append(check.run(run))
     return results
-
-
-def _git_commit(module: Any) -> str | None:
-    """The commit of the git checkout the target's files live in, if they live in one."""
-    path = getattr(module, "__file__", None)
-    if path is None:
-        return None
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(path).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def _driver() -> str | None:
@@ -129,50 +120,94 @@ def _merge_coverage(results: Sequence[CheckResult]) -> dict[str, dict[str, int]]
     return {k: dict(sorted(v.items())) for k, v in merged.items()}
 
 
+def profile_label(name: str, overrides: dict[str, int]) -> str:
+    """``standard``, or ``standard with overrides --examples 5`` when options changed it."""
+    if not overrides:
+        return name
+    changed = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in overrides.items())
+    return f"{name} with overrides {changed}"
+
+
+def contract_source(run: CertifyRun) -> str:
+    """How the contract was chosen: ``--contract``, ``declared`` by the target, or ``default``."""
+    if run.config.contract is not None:
+        return "--contract"
+    module = run.target.module
+    declared = any(hasattr(module, n) for n in (DECLARATION, LEGACY_DECLARATION))
+    return "declared" if declared else "default"
+
+
+def _check_row(result: CheckResult) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "name": result.name,
+        "kind": "property" if result.name in PROPERTIES else result.name,
+        "examples": result.examples,
+        "seconds": round(result.seconds, 2),
+        "verdict": result.verdict,
+        "findings": [_finding(f) for f in result.findings],
+    }
+    if result.cycles is not None:
+        row["cycles"] = result.cycles
+    if result.not_applicable is not None:
+        row["not_applicable"] = result.not_applicable
+    return row
+
+
 def certificate(
     run: CertifyRun,
     results: Sequence[CheckResult],
     profile: str,
     sensitivity: dict[str, Any] | None = None,
+    *,
+    overrides: dict[str, int] | None = None,
+    command: str | None = None,
+    seconds: float | None = None,
+    sensitivity_skipped: str | None = None,
 ) -> dict[str, Any]:
+    """The certificate as plain data; ``overrides`` are the budget options given on top of
+    ``profile``, ``sensitivity_skipped`` why sensitivity was not measured (if it was not)."""
     target: Target = run.target
     config = run.config
     findings = [f for r in results for f in r.findings]
+    passed = not any(fails_certificate(f.kind) for f in findings)
+    overrides = dict(overrides or {})
+    if sensitivity is None and sensitivity_skipped is None:
+        sensitivity_skipped = UNAVAILABLE
     return {
+        "verdict": "pass" if passed else "fail",
+        "passed": passed,
         "simulated": run.device == "sim",
-        "passed": not any(fails_certificate(f.kind) for f in findings),
+        "command": command,
+        "total_seconds": None if seconds is None else round(seconds, 1),
         "target": {
             "name": target.name,
             "version": target.version,
-            "commit": _git_commit(target.module),
+            **provenance(target.module).as_dict(),
         },
         "contract": {
             "name": target.contract.name,
-            "source": "--contract" if config.contract is not None else "declared or default",
+            "source": contract_source(run),
             "summary": target.contract.summary,
         },
         "device": run.device,
         "environment": environment(run.device),
+        "profile": {
+            "name": profile,
+            "overrides": overrides,
+            "label": profile_label(profile, overrides),
+        },
         "settings": {
-            "profile": profile,
+            "profile": profile_label(profile, overrides),
             "seed": config.seed,
             "examples": config.examples,
             "max_ops": config.max_ops,
             "max_breaks": config.max_breaks,
             "replays": config.replays,
         },
-        "checks": [
-            {
-                "name": r.name,
-                "examples": r.examples,
-                "seconds": round(r.seconds, 2),
-                "verdict": r.verdict,
-                "findings": [_finding(f) for f in r.findings],
-            }
-            for r in results
-        ],
+        "checks": [_check_row(r) for r in results],
         "coverage": _merge_coverage(results),
         "sensitivity": sensitivity,
+        "sensitivity_skipped": None if sensitivity is not None else sensitivity_skipped,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -181,34 +216,82 @@ def _counts_line(counts: dict[str, int]) -> str:
     return ", ".join(f"{name} {count}" for name, count in counts.items()) or "none"
 
 
+_CONTRACT_SOURCES = {
+    "--contract": "chosen with --contract",
+    "declared": "declared by the target",
+    "default": "the default: the target declares none",
+}
+
+
+def _budget(row: dict[str, Any]) -> str:
+    if row.get("not_applicable"):
+        return "-"
+    unit = "mutant" if row["kind"] == "mutation" else "example"
+    text = f"{row['examples']} {unit}{'' if row['examples'] == 1 else 's'}"
+    return text + (f", {row['cycles']} cycles each" if "cycles" in row else "")
+
+
+def _sensitivity_row(sensitivity: dict[str, Any]) -> str:
+    found, total = sensitivity["found"], sensitivity["total"]
+    verdict = "pass" if found == total else f"MISSED {total - found}"
+    return (
+        f"| sensitivity | {total} planted bugs, each through its check | "
+        f"{sensitivity['seconds']} | {found} of {total} found: {verdict} |"
+    )
+
+
 def markdown(cert: dict[str, Any]) -> str:
-    verdict = "PASS" if cert["passed"] else "FAIL"
-    target, env, settings = cert["target"], cert["environment"], cert["settings"]
+    verdict = cert["verdict"].upper()
+    target, env = cert["target"], cert["environment"]
+    contract, sensitivity = cert["contract"], cert["sensitivity"]
     lines = []
     if cert["simulated"]:
         lines += ["SIMULATED: run on the CUDA simulator, not a real GPU.", ""]
+    version = f" {target['version']}" if target["version"] else ""
     lines += [
-        f"# Certificate for `{target['name']}`: {verdict}",
+        f"# Certificate: {verdict} for `{target['name']}`{version}",
         "",
-        f"- target: `{target['name']}` version {target['version']}, commit {target['commit']}",
-        f"- contract: **{cert['contract']['name']}** ({cert['contract']['source']}): "
-        f"{cert['contract']['summary']}",
-        f"- device: {cert['device']}; GPU {env['gpu']}, driver {env['driver']}, "
-        f"CUDA {env['cuda']}, torch {env['torch']}, hypothesis {env['hypothesis']}",
-        f"- profile {settings['profile']}: seed {settings['seed']}, examples "
+        f"- verdict: **{verdict}**"
+        + (": no check found a bug of the target" if cert["passed"] else ": see Findings"),
+        f"- target: `{target['name']}`{version}, commit {target['describe']}",
+        f"- contract: **{contract['name']}**, {_CONTRACT_SOURCES[contract['source']]}: "
+        f"{contract['summary']}",
+        f"- device: {'the CUDA simulator' if cert['simulated'] else 'cuda'}; "
+        f"torch {env['torch']}, hypothesis {env['hypothesis']}, Python {env['python']}",
+    ]
+    if env.get("gpu"):
+        lines.append(f"- GPU: {env['gpu']}, driver {env['driver']}, CUDA {env['cuda']}")
+    settings = cert["settings"]
+    lines += [
+        f"- profile: {cert['profile']['label']} (seed {settings['seed']}, examples "
         f"{settings['examples']}, max-ops {settings['max_ops']}, max-breaks "
-        f"{settings['max_breaks']}, replays {settings['replays']}",
-        f"- date: {cert['date']}",
+        f"{settings['max_breaks']}, replays {settings['replays']})",
+    ]
+    if cert["command"]:
+        lines.append(f"- command: `{cert['command']}`")
+    if cert["total_seconds"] is not None:
+        lines.append(f"- total time: {cert['total_seconds']} s")
+    lines.append(f"- date: {cert['date']}")
+    if sensitivity is not None:
+        lines.append(
+            f"- evidence: the checks found {sensitivity['found']} of {sensitivity['total']} "
+            "planted bugs in this environment (Sensitivity below)"
+        )
+    lines += [
         "",
         "## Checks",
         "",
-        "| check | examples | seconds | verdict |",
+        "| check | budget run | seconds | verdict |",
         "| --- | --- | --- | --- |",
     ]
-    lines += [
-        f"| {c['name']} | {c['examples']} | {c['seconds']} | {c['verdict']} |"
-        for c in cert["checks"]
-    ]
+    for row in cert["checks"]:
+        name = f"{row['name']} (property)" if row["kind"] == "property" else row["name"]
+        verdict_cell = row["verdict"]
+        if row.get("not_applicable"):
+            verdict_cell += f": {row['not_applicable']}"
+        lines.append(f"| {name} | {_budget(row)} | {row['seconds']} | {verdict_cell} |")
+    if sensitivity is not None:
+        lines.append(_sensitivity_row(sensitivity))
     everything = [(c["name"], f) for c in cert["checks"] for f in c["findings"]]
     for heading, about in (("Findings", True), ("Checker notes (true of every target)", False)):
         listed = [
@@ -220,18 +303,25 @@ def markdown(cert: dict[str, Any]) -> str:
             lines += ["", f"## {heading}", ""] + (listed or ["none"])
     lines += ["", "## Coverage", ""]
     lines += [f"- {key}: {_counts_line(counts)}" for key, counts in cert["coverage"].items()]
-    sensitivity = cert["sensitivity"]
     lines += ["", "## Sensitivity", ""]
     if sensitivity is None:
-        lines.append("not measured (the planted-bug targets of tests/ are not importable here)")
+        lines.append(f"not measured: {cert['sensitivity_skipped']}")
     else:
         lines.append(
-            f"planted-bug targets found: {sensitivity['found']} of {sensitivity['total']}"
-            f" (same environment, {sensitivity['examples']} examples each)"
+            f"planted-bug targets found: {sensitivity['found']} of {sensitivity['total']} "
+            f"(same environment; fuzz targets up to {sensitivity['fuzz_examples_cap']} examples "
+            f"each, stopping at the first finding; property targets "
+            f"{sensitivity['property_examples']} examples and {sensitivity['property_cycles']} "
+            "cycles each, through the property that must find them)"
         )
-        missed = [name for name, hit in sensitivity["targets"].items() if not hit]
+        lines.append("")
+        lines += [
+            f"- {check}: {counts['found']} of {counts['total']}"
+            for check, counts in sensitivity["by_check"].items()
+        ]
+        missed = [row["name"] for row in sensitivity["targets"] if not row["found"]]
         if missed:
-            lines.append(f"missed: {', '.join(missed)}")
+            lines += ["", f"missed: {', '.join(missed)}"]
     return "\n".join(lines) + "\n"
 
 

@@ -23,31 +23,69 @@ from verification.cli_support import writable_dir
 from verification.contracts import CONTRACTS
 from verification.devices import DEVICE_CHOICES, device_context, resolve_device
 from verification.finding_kinds import TARGET_BUG
+from verification.progress import progress_bar
 from verification.properties import PROPERTIES
 from verification.properties.base import CheckConfig, CheckResult, PropertyFinding
 from verification.properties.reproduce import render, write
 from verification.targets import DEFAULT_TARGET, load_target
 
 DEFAULT_CYCLES = 100
+# The properties whose budget includes --cycles (capture, replay and reset repeated).
+CYCLING_PROPERTIES = ("repetition",)
 
 
 def add_parser(commands: Any, count: Any) -> None:
     """Registers ``check`` on the CLI's subparsers; ``count(minimum)`` parses counts."""
-    check = commands.add_parser("check", help="run property checks against a target")
-    check.add_argument("property", choices=(*PROPERTIES, "all"), metavar="PROPERTY|all")
-    check.add_argument("--target", default=DEFAULT_TARGET, help="importable module under test")
-    check.add_argument("--contract", help=f"break contract ({', '.join(CONTRACTS)})")
-    check.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
-    check.add_argument("--examples", type=count(1), default=25, help="hypothesis budget")
-    check.add_argument("--seed", type=count(0), default=0)
+    listing = "\n".join(f"  {name:13} {prop.contract}" for name, prop in PROPERTIES.items())
+    check = commands.add_parser(
+        "check",
+        help="property checks replay equality cannot see (" + ", ".join(PROPERTIES) + ")",
+        description=f"Run property checks against a target.\n\nproperties:\n{listing}",
+    )
+    check.add_argument(
+        "property",
+        choices=(*PROPERTIES, "all"),
+        metavar="PROPERTY",
+        help=f"one of {', '.join(PROPERTIES)}, or all",
+    )
+    check.add_argument(
+        "--target", default=DEFAULT_TARGET, metavar="MODULE", help="importable module under test"
+    )
+    check.add_argument(
+        "--contract",
+        help=f"break contract ({', '.join(CONTRACTS)}); default: the one the target declares",
+    )
+    check.add_argument(
+        "--device",
+        default="auto",
+        choices=DEVICE_CHOICES,
+        help="auto: the GPU if torch sees one, else the CUDA simulator",
+    )
+    check.add_argument(
+        "--examples", type=count(1), default=25, help="hypothesis examples per property"
+    )
+    check.add_argument(
+        "--seed", type=count(0), default=0, help="hypothesis seed: the same seed, the same draws"
+    )
     check.add_argument(
         "--cycles",
         type=count(4),
         default=DEFAULT_CYCLES,
-        help="repetition cycles (10000: thorough)",
+        help="capture-replay-reset cycles of the repetition property (10000: thorough)",
     )
-    check.add_argument("--report", type=Path, help="directory for reproducer scripts")
-    check.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None)
+    check.add_argument(
+        "--report", type=Path, metavar="DIR", help="write reproducer scripts there (default: none)"
+    )
+    check.add_argument(
+        "--isolate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="each property in a child process, so that a crash becomes a finding "
+        "(default: on for cuda)",
+    )
+    check.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bar (drawn only on a terminal)"
+    )
     check.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
 
 
@@ -156,7 +194,12 @@ def main(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if isolate:
         results = [run_isolated(name, argv) for name in names(args.property)]
     else:
-        results = run_properties(args.property, target, kind, args.examples, args.seed, args.cycles)
+        results = []
+        with progress_bar(quiet=args.quiet) as (start, advance):
+            for name in names(args.property):
+                start(name, args.examples)
+                results += run_properties(name, target, kind, args.examples, args.seed, args.cycles)
+                advance(results[-1].examples)
     if args.result_file is not None:
         args.result_file.write_text(json.dumps(_to_json(results)))
         return 1 if any(r.failed for r in results) else 0
@@ -193,20 +236,26 @@ def main(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return 1 if failed else 0
 
 
-def certify_check(run: Any) -> Any:
-    """Every property as one check of certify's table (``verification.checks``)."""
-    from verification.checks import CheckResult as CertifiedCheck
-    from verification.oracle import Finding
-    from verification.programs import Program
-
+def certify_budget(run: Any) -> tuple[int, int]:
+    """Examples and repetition cycles per property under certify's settings."""
     examples = max(5, (run.config.examples or 25) // 10)
     # The issue's 10,000 cycles are for the GPU, whose caching allocator absorbs a small leak
     # for a while; the simulator's allocator shows any per-cycle leak in 1,000.
     long_run = (run.config.examples or 0) >= 2000
     cycles = (10_000 if run.device == "cuda" else 1_000) if long_run else DEFAULT_CYCLES
+    return examples, cycles
+
+
+def certify_property(run: Any, name: str) -> Any:
+    """One property as one row of certify's table (``verification.checks``)."""
+    from verification.checks import CheckResult as CertifiedCheck
+    from verification.oracle import Finding
+    from verification.programs import Program
+
+    examples, cycles = certify_budget(run)
     target_name = run.config.target if isinstance(run.config.target, str) else None
     if run.device == "cuda" and target_name is not None:
-        argv = ["check", "all", "--target", target_name, "--device", "cuda"]
+        argv = ["check", name, "--target", target_name, "--device", "cuda"]
         argv += [
             "--examples",
             str(examples),
@@ -217,9 +266,9 @@ def certify_check(run: Any) -> Any:
         ]
         if run.config.contract:
             argv += ["--contract", str(run.config.contract)]
-        results = [run_isolated(name, argv) for name in PROPERTIES]
+        result = run_isolated(name, argv)
     else:
-        results = run_properties("all", run.target, run.device, examples, run.config.seed, cycles)
+        (result,) = run_properties(name, run.target, run.device, examples, run.config.seed, cycles)
     empty = Program((), (), ())
     findings = [
         Finding(
@@ -229,14 +278,14 @@ def certify_check(run: Any) -> Any:
             f.seed or 0,
             kind=f.kind,
         )
-        for r in results
-        for f in r.findings
+        for f in result.findings
     ]
-    run.progress(sum(r.examples for r in results))
+    run.progress(result.examples)
     return CertifiedCheck(
-        "properties",
-        sum(r.examples for r in results),
-        sum(r.elapsed_s for r in results),
+        name,
+        result.examples,
+        result.elapsed_s,
         findings,
-        {"property examples": {r.prop: r.examples for r in results}},
+        cycles=cycles if name in CYCLING_PROPERTIES else None,
+        not_applicable=result.not_applicable,
     )

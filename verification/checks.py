@@ -44,6 +44,10 @@ class CheckResult:
     # Free-form counts the check wants in the certificate (runs per op, break positions...).
     coverage: dict[str, Any] = field(default_factory=dict)
     reproducers: list[str] = field(default_factory=list)
+    # Repetition cycles per example, for the checks that run them (the repetition property).
+    cycles: int | None = None
+    # Why the check did not apply to this target (it lacks the API checked); None: it did.
+    not_applicable: str | None = None
 
     @property
     def verdict(self) -> str:
@@ -52,6 +56,8 @@ class CheckResult:
         every target, leave the verdict alone)."""
         if any(fails_certificate(f.kind) for f in self.findings):
             return "fail"
+        if self.not_applicable is not None:
+            return "not applicable"
         return "explained" if any(about_target(f.kind) for f in self.findings) else "pass"
 
 
@@ -84,15 +90,25 @@ def _ops_check(run: CertifyRun) -> CheckResult:
     return ops_check(run)
 
 
-def properties_check(run: CertifyRun) -> CheckResult:
-    """Every property of :mod:`verification.properties` (``check all``)."""
-    from verification.check_command import certify_check
+def property_check(name: str) -> Check:
+    """One property of :mod:`verification.properties` (as ``check NAME``), one row of the table."""
+    from verification.check_command import certify_budget, certify_property
 
-    return certify_check(run)
+    return Check(
+        name,
+        lambda run: certify_property(run, name),
+        budget=lambda run: certify_budget(run)[0],
+    )
+
+
+def _property_names() -> list[str]:
+    from verification.properties import PROPERTIES
+
+    return list(PROPERTIES)
 
 
 CHECKS: list[Check] = [
     Check("fuzz", fuzz_check),
     Check("ops", _ops_check, applies=lambda run: bool(run.op_specs)),
-    Check("properties", properties_check, budget=lambda run: None),
+    *(property_check(name) for name in _property_names()),
 ]

@@ -32,6 +32,7 @@ from verification.opprograms import (
 )
 from verification.opspec import TensorArg, load_spec
 from verification.programs import Program
+from verification.progress import progress_bar
 from verification.targets import Target, load_target
 
 DEFAULT_MAX_OPS, DEFAULT_MAX_BREAKS = 4, 2
@@ -41,20 +42,29 @@ def add_parser(commands: argparse._SubParsersAction, common: Callable[..., None]
     """Registers ``fuzz-op`` with the CLI's shared options (``common`` adds them)."""
     parser = commands.add_parser(
         "fuzz-op",
-        help="fuzz a break op of yours inside random captured programs",
+        help="fuzz a break op of yours: its declared contract, then captured programs calling it",
         description=__doc__,
     )
-    parser.add_argument("specs", nargs="+", metavar="MODULE:SPEC", help="a BreakOpSpec")
+    parser.add_argument(
+        "specs", nargs="+", metavar="MODULE:SPEC", help="a BreakOpSpec: module and its name in it"
+    )
     common(parser, True)
     parser.set_defaults(max_ops=DEFAULT_MAX_OPS, max_breaks=DEFAULT_MAX_BREAKS)
-    parser.add_argument("--report", type=Path, help="directory for reproducer scripts")
+    parser.add_argument(
+        "--report", type=Path, metavar="DIR", help="write reproducer scripts there (default: none)"
+    )
     parser.add_argument(
         "--contract-examples",
         type=int,
         default=5,
         help="drawn calls per contract check (0 skips the checks)",
     )
-    parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument(
+        "--isolate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run in a child process so that a crash becomes a finding (default: on for cuda)",
+    )
     parser.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
 
 
@@ -187,7 +197,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"contract of {ref}: {'BROKEN' if found else 'kept'} ({len(found)} violations)")
         for violation in found:
             print(f"  CONTRACT {violation.line()}")
-    result = run_campaign(config)
+    with progress_bar(quiet=args.quiet) as (start, advance):
+        start("fuzz-op", config.examples)
+        result = run_campaign(config, progress=advance)
     print_findings(result)
     for line in coverage.lines():
         print(line)

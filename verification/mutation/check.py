@@ -18,14 +18,18 @@ def mutation_check(run: CertifyRun, mutants: int) -> CheckResult:
     start = time.perf_counter()
     result = run_mutation(
         MutationConfig(
-            target=run.target.name, device=run.device, budget=mutants, seed=run.config.seed
+            target=run.target.name,
+            device=run.device,
+            budget=mutants,
+            seed=run.config.seed,
+            on_judged=run.progress,
         )
     )
     counts = {
         "killed": len(result.killed),
         "survived": len(result.survivors),
         "available": result.available,
-        "score percent": round(100 * result.score),
+        "score_percent": round(100 * result.score),
     }
     return CheckResult(
         "mutation", len(result.mutants), time.perf_counter() - start, [], {"mutation": counts}

@@ -16,16 +16,30 @@ from pathlib import Path
 from verification.devices import DEVICE_CHOICES, resolve_device
 from verification.mutation.engine import MutationConfig, MutationResult, run_mutation
 from verification.mutation.summary import score_line, write
+from verification.progress import progress_bar
 from verification.targets import DEFAULT_TARGET
 
 
 def add_parser(commands: argparse._SubParsersAction, count: Callable[[int], Callable]) -> None:
-    mutate = commands.add_parser("mutate", help="mutation score of the harness on a target")
-    mutate.add_argument("--target", default=DEFAULT_TARGET, help="importable module to mutate")
-    mutate.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
-    mutate.add_argument("--budget", type=count(1), help="sample this many mutants (default all)")
+    mutate = commands.add_parser(
+        "mutate", help="mutation score: how many mutants of the target the harness kills"
+    )
+    mutate.add_argument(
+        "--target", default=DEFAULT_TARGET, metavar="MODULE", help="importable module to mutate"
+    )
+    mutate.add_argument(
+        "--device",
+        default="auto",
+        choices=DEVICE_CHOICES,
+        help="auto: the GPU if torch sees one, else the CUDA simulator",
+    )
+    mutate.add_argument(
+        "--budget", type=count(1), help="sample this many mutants (default: all of them)"
+    )
     mutate.add_argument("--jobs", type=count(1), default=1, help="mutants judged in parallel")
-    mutate.add_argument("--seed", type=count(0), default=0)
+    mutate.add_argument(
+        "--seed", type=count(0), default=0, help="seed of the mutant sample and of the fuzzing"
+    )
     mutate.add_argument("--examples", type=count(1), default=100, help="fuzz examples per mutant")
     mutate.add_argument(
         "--unit-tests", metavar="CMD", help="shell command run first; it kills what it can"
@@ -41,8 +55,18 @@ def add_parser(commands: argparse._SubParsersAction, count: Callable[[int], Call
         metavar="FILE:LINE",
         help="only mutants on this line (repeatable), e.g. breakable_cudagraph/arguments.py:70",
     )
-    mutate.add_argument("--min-score", type=float, default=0.0, help="exit 1 below this")
-    mutate.add_argument("--report", type=Path, help="directory for mutation.{json,md}")
+    mutate.add_argument(
+        "--min-score", type=float, default=0.0, help="exit 1 below this score (0 to 1)"
+    )
+    mutate.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="write mutation.json, mutation.md and the session there (default: none)",
+    )
+    mutate.add_argument(
+        "-q", "--quiet", action="store_true", help="no progress bar (drawn only on a terminal)"
+    )
 
 
 def _place(text: str) -> tuple[str, int]:
@@ -77,7 +101,11 @@ def print_survivors(result: MutationResult) -> None:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     device = resolve_device(args.device)
-    result = run_mutation(config_from(args, device))
+    config = config_from(args, device)
+    with progress_bar(quiet=args.quiet) as (start, advance):
+        config.on_total = lambda total: start("mutate", total, "mutants")
+        config.on_judged = advance
+        result = run_mutation(config)
     print_survivors(result)
     print(score_line(result))
     if args.report:

@@ -58,6 +58,9 @@ class MutationConfig:
     lines: tuple[tuple[str, int], ...] = ()
     session: Path | None = None
     progress: Callable[[str], None] | None = None
+    # For a progress bar: ``on_total(n)`` once the mutants are chosen, ``on_judged(1)`` after each.
+    on_total: Callable[[int], None] = lambda total: None
+    on_judged: Callable[[int], None] = lambda advance: None
 
 
 @dataclass
@@ -269,6 +272,7 @@ def run_mutation(config: MutationConfig) -> MutationResult:
             _Worker(source, scratch / f"worker{i}", stages, settings) for i in range(config.jobs)
         ]
         say(f"mutate: {len(specs)} of {available} mutants, stages: {[s.name for s in stages]}")
+        config.on_total(len(specs))
         workers[0].calibrate()
         for worker in workers[1:]:
             worker.timeouts = dict(workers[0].timeouts)
@@ -285,6 +289,7 @@ def run_mutation(config: MutationConfig) -> MutationResult:
                 mutant = _judge(worker, spec, relative)
             finally:
                 idle.put(worker)
+                config.on_judged(1)
             if mutant is not None:
                 mutant.job_id = ids[(str(spec.module_path), spec.operator_name, spec.occurrence)]
                 verdict = f"killed by {mutant.killed_by}" if mutant.killed_by else "SURVIVED"
