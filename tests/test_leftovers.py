@@ -122,3 +122,29 @@ def test_an_output_path_that_is_a_file_is_one_line_and_left_alone(tmp_path):
         assert len(done.stderr.strip().splitlines()) == 1
         assert done.stderr.startswith(f"error: --report {path}: "), done.stderr
     assert taken.read_text() == "mine\n"
+
+
+def test_ctrl_c_during_an_isolated_fuzz_is_one_line_for_both_processes(tmp_path):
+    # A terminal's Ctrl-C goes to the whole process group: parent and isolated child.
+    (tmp_path / "slow_start_target.py").write_text(SLOW_START_TARGET)
+    started = tmp_path / "started"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "verification", "fuzz", "--device", "sim", "--isolate",
+         "--examples", "100000", "--target", "slow_start_target"],
+        cwd=ROOT, env=_env(tmp_path, CAMPAIGN_STARTED=str(started)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not started.exists():
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the campaign never started"
+            time.sleep(0.1)
+        os.killpg(child.pid, signal.SIGINT)
+        stdout, stderr = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    assert child.returncode == 130, stderr
+    assert stderr.strip() == "interrupted: nothing written", stderr
+    assert "Traceback" not in stdout

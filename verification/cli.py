@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 import time
 import warnings
@@ -36,6 +37,8 @@ from verification.progress import progress_bar
 from verification.targets import DEFAULT_TARGET, load_target
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# The hidden options that mark a process run by an isolated parent (fuzz, fuzz-op, check).
+_CHILD_FLAGS = {"--program-file", "--result-file"}
 
 
 DESCRIPTION = """\
@@ -298,6 +301,10 @@ def _certify(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if _CHILD_FLAGS & set(argv):
+        # A child of an isolated run: Ctrl-C is its parent's to report (it ends this child),
+        # so that the user sees one line, not one per process.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         args = build_parser().parse_args(argv)
         if args.command == "fuzz":

@@ -180,7 +180,7 @@ def pytest_configure(config: pytest.Config) -> None:
         choice=choice,
         choice_from=choice_from,
         target=DEFAULT_TARGET if target is None else target,
-        shard=UNSHARDED if shard is None else _usage(parse_shard, shard, option="--bcg-shard"),
+        shard=UNSHARDED if shard is None else _usage(parse_shard, shard, option=None),
         profile=_profile_name(config),
         asked=bool(
             choice_from
