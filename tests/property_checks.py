@@ -13,8 +13,8 @@ from pathlib import Path
 
 from hypothesis import settings
 
-from tests.planted_property_targets import build
-from verification.check_command import run_properties
+from verification.commands.check import run_properties
+from verification.planted.property_targets import build
 from verification.properties.base import CheckResult, PropertyFinding
 from verification.targets import load_target
 
@@ -25,7 +25,7 @@ CI_CYCLES = 30
 def _in_child(prop: str, variant: str, kind: str, tmp_path: Path) -> list[PropertyFinding]:
     module = tmp_path / f"planted_{variant}.py"
     module.write_text(
-        "from tests.planted_property_targets import build\n"
+        "from verification.planted.property_targets import build\n"
         f"globals().update({{k: v for k, v in vars(build({variant!r})).items() if k != '__name__'}})\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}

@@ -9,9 +9,9 @@ import warnings
 
 import pytest
 
-from verification import sensitivity
-from verification.certify import certificate, markdown
-from verification.checks import CertifyRun, fuzz_check
+from verification.certify import sensitivity
+from verification.certify.certificate import certificate, markdown
+from verification.certify.checks import CertifyRun, fuzz_check
 from verification.fuzz import CampaignConfig
 from verification.targets import load_target
 
@@ -20,7 +20,7 @@ from verification.targets import load_target
 def two_planted(tmp_path, monkeypatch):
     """A planted module whose first 'bug' is real and whose second is the clean target."""
     (tmp_path / "two_planted.py").write_text(
-        "from tests.planted_targets import build as _build\n"
+        "from verification.planted.targets import build as _build\n"
         "BUGS = {'eager_run_twice': 'real', 'no_bug': 'clean, must be missed'}\n"
         "def build(bug):\n    return _build(None if bug == 'no_bug' else bug)\n"
     )

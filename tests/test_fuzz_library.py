@@ -12,7 +12,7 @@ import pytest
 
 from verification.devices import UsageError
 from verification.fuzz import CampaignConfig, run_campaign
-from verification.shard import FuzzChunk
+from verification.plugin.shard import FuzzChunk
 from verification.targets import load_target
 
 

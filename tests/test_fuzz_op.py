@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from tests.faulty_ops import FAULTY
 from verification.cli import main
 from verification.fuzz import run_campaign
-from verification.fuzz_op import campaign_config, load_user_ops
-from verification.opcontract import diagnose
-from verification.opprograms import POSITIONS, break_positions, op_programs, user_op
-from verification.opspec import load_spec
 from verification.targets import load_target
+from verification.userops.campaign import campaign_config, load_user_ops
+from verification.userops.contract import diagnose
+from verification.userops.programs import POSITIONS, break_positions, op_programs, user_op
+from verification.userops.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ("examples.varlen_attention:SPEC", "examples.masked_compaction:SPEC")
@@ -128,7 +128,7 @@ def test_fuzz_op_cli_names_the_broken_contract_and_counts_break_positions(bcg_ki
     [
         ("no_such_module:SPEC", "does not import"),
         ("tests.bad_op_specs:MISSING", "has no attribute"),
-        ("tests.bad_op_specs:NOT_A_SPEC", "not a verification.opspec.BreakOpSpec"),
+        ("tests.bad_op_specs:NOT_A_SPEC", "not a verification.userops.spec.BreakOpSpec"),
         ("tests.bad_op_specs:EMPTY_DIM_RANGE", "shapes cannot be satisfied"),
         ("tests.bad_op_specs:BOUNDS_NEVER_MET", "shapes cannot be satisfied"),
         ("tests.bad_op_specs:UNDECLARED_DIM", "shapes cannot be satisfied"),
@@ -170,7 +170,7 @@ def test_certify_with_an_op_that_does_not_import_is_one_error_line(capsys, tmp_p
 def test_an_unjoined_op_is_judged_on_the_join_alone(monkeypatch, bcg_device):
     # On the H200 the values an unjoined op writes race with its side stream, so checks of
     # those values failed too (stale results looked like "state across calls").
-    from verification import opcontract
+    from verification.userops import contract as opcontract
 
     def every_part_fails(part):
         return lambda loaded, case, device: opcontract.Violation(part, "m")

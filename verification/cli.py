@@ -2,7 +2,7 @@
 
 Exit status 0 means nothing was found, 1 that a property was violated (a reproducer is
 printed), 2 a usage error, printed as one ``error: ...`` line on stderr. ``certify`` runs
-every check of :data:`verification.checks.CHECKS` under a profile and writes
+every check of :data:`verification.certify.checks.CHECKS` under a profile and writes
 ``certificate.json`` and ``certificate.md``, saying loudly when the simulator stood in for
 a GPU; exit 1 means a target bug was found.
 """
@@ -15,17 +15,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from verification import certify as certify_
-from verification import check_command, fuzz_op, sensitivity
-from verification.checks import CertifyRun
-from verification.cli_support import campaign_config, print_findings, writable_dir
+from verification.certify import certificate as certify_
+from verification.certify import sensitivity
+from verification.certify.checks import CertifyRun
+from verification.certify.mutation_check import mutation_check
+from verification.commands import check as check_command
+from verification.commands import mutate as mutate_command
+from verification.commands.options import campaign_config, print_findings, writable_dir
+from verification.commands.progress import progress_bar
 from verification.contracts import CONTRACTS, get_contract
 from verification.devices import DEVICE_CHOICES, UsageError, resolve_device
 from verification.fuzz import CampaignResult, run_campaign, run_isolated
-from verification.mutation import command as mutate_command
-from verification.mutation.check import mutation_check
-from verification.progress import progress_bar
 from verification.targets import DEFAULT_TARGET, load_target
+from verification.userops import campaign as fuzz_op
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 

@@ -30,7 +30,7 @@ from hypothesis.errors import FlakyFailure
 
 from verification.devices import device_context, resolve_device
 from verification.exampledb import shared_database
-from verification.finding_kinds import HARNESS_ERROR
+from verification.findings import HARNESS_ERROR
 from verification.ops.spec import OpSpec
 from verification.oracle import Finding, InvalidProgram, check_program
 from verification.programs import Program, programs

@@ -18,7 +18,7 @@ from typing import Literal
 import torch
 
 from verification.execute import BreakEntry, CapturedProgram, run_eager
-from verification.finding_kinds import OP_CONTRACT, TARGET_BUG
+from verification.findings import OP_CONTRACT, TARGET_BUG
 from verification.ops.spec import OpSpec
 from verification.programs import Program, make_inputs, op_table
 from verification.targets import Target
@@ -31,7 +31,7 @@ Violation = Literal[
 @dataclass(frozen=True)
 class Finding:
     """One ``violation`` of a checked property. ``index`` is the output or step index it
-    concerns, if any; ``kind`` (see :mod:`verification.finding_kinds`) says whom it blames."""
+    concerns, if any; ``kind`` (see :mod:`verification.findings`) says whom it blames."""
 
     violation: Violation
     message: str

@@ -1,4 +1,4 @@
-"""Certify a target before upstreaming: run every check of :data:`~verification.checks.CHECKS`
+"""Certify a target before upstreaming: run every check of :data:`~verification.certify.checks.CHECKS`
 under a profile, and write ``certificate.json`` and ``certificate.md``.
 
 :func:`run_checks` runs the table; :func:`certificate` turns the results into a plain dict
@@ -21,8 +21,8 @@ from typing import Any
 import hypothesis
 import torch
 
-from verification.checks import CHECKS, CertifyRun, CheckResult
-from verification.finding_kinds import FINDING_KINDS, about_target, fails_certificate
+from verification.certify.checks import CHECKS, CertifyRun, CheckResult
+from verification.findings import FINDING_KINDS, about_target, fails_certificate
 from verification.ops.spec import OpSpec
 from verification.targets import Target
 
@@ -46,7 +46,7 @@ DEFAULT_PROFILE = "standard"
 def load_ops(specs: Sequence[str]) -> list[OpSpec] | None:
     """Checks the ops ``--ops MODULE:SPEC`` names (one-line UsageError otherwise). They run
     in the ``ops`` check, not in the fuzz check's catalog, so this returns None (the catalog)."""
-    from verification.fuzz_op import load_user_ops
+    from verification.userops.campaign import load_user_ops
 
     load_user_ops(specs)
     return None

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verification.finding_kinds import about_target, fails_certificate
+from verification.findings import about_target, fails_certificate
 from verification.fuzz import CampaignConfig, CampaignResult, run_campaign
 from verification.ops.spec import OpSpec
 from verification.oracle import Finding
@@ -79,14 +79,14 @@ def fuzz_check(run: CertifyRun) -> CheckResult:
 
 
 def _ops_check(run: CertifyRun) -> CheckResult:
-    from verification.op_check import ops_check  # it imports this module
+    from verification.certify.ops_check import ops_check  # it imports this module
 
     return ops_check(run)
 
 
 def properties_check(run: CertifyRun) -> CheckResult:
     """Every property of :mod:`verification.properties` (``check all``)."""
-    from verification.check_command import certify_check
+    from verification.commands.check import certify_check
 
     return certify_check(run)
 

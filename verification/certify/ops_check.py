@@ -10,18 +10,18 @@ from __future__ import annotations
 import argparse
 import time
 
-from verification.checks import CertifyRun, CheckResult
-from verification.finding_kinds import OP_CONTRACT
+from verification.certify.checks import CertifyRun, CheckResult
+from verification.findings import OP_CONTRACT
 from verification.fuzz import run_campaign
-from verification.fuzz_op import (
+from verification.oracle import Finding
+from verification.programs import Program
+from verification.userops.campaign import (
     DEFAULT_MAX_BREAKS,
     DEFAULT_MAX_OPS,
     campaign_config,
     contract_violations,
     load_user_ops,
 )
-from verification.oracle import Finding
-from verification.programs import Program
 
 CONTRACT_EXAMPLES = 5
 

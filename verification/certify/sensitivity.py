@@ -13,10 +13,10 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from verification.finding_kinds import fails_certificate
+from verification.findings import fails_certificate
 from verification.fuzz import CampaignConfig, run_campaign
 
-PLANTED_MODULES = ("tests.planted_targets", "tests.vllm_minimal")
+PLANTED_MODULES = ("verification.planted.targets", "verification.planted.vllm_minimal")
 # The ci profile's budget: the suite proves each planted bug is found within it.
 EXAMPLES = 25
 EMPTY_GRAPH_WARNING = "The CUDA Graph is empty"

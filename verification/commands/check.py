@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from verification.cli_support import writable_dir
+from verification.commands.options import writable_dir
 from verification.contracts import CONTRACTS
 from verification.devices import DEVICE_CHOICES, device_context, resolve_device
-from verification.finding_kinds import TARGET_BUG
+from verification.findings import TARGET_BUG
 from verification.properties import PROPERTIES
 from verification.properties.base import CheckConfig, CheckResult, PropertyFinding
 from verification.properties.reproduce import render, write
@@ -194,8 +194,8 @@ def main(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 
 def certify_check(run: Any) -> Any:
-    """Every property as one check of certify's table (``verification.checks``)."""
-    from verification.checks import CheckResult as CertifiedCheck
+    """Every property as one check of certify's table (``verification.certify.checks``)."""
+    from verification.certify.checks import CheckResult as CertifiedCheck
     from verification.oracle import Finding
     from verification.programs import Program
 

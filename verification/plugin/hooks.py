@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, settings
 from verification.devices import DEVICE_CHOICES, TORCH_DEVICE, UsageError, device_context
 from verification.devices import resolve_device as _resolve_device
 from verification.exampledb import shared_database
-from verification.shard import UNSHARDED, FuzzChunk, Shard, parse_shard, plan, select
+from verification.plugin.shard import UNSHARDED, FuzzChunk, Shard, parse_shard, plan, select
+from verification.plugin.workers import gpu_for_worker, visible_gpus
 from verification.targets import DEFAULT_TARGET, load_target
-from verification.workers import gpu_for_worker, visible_gpus
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 PROFILES = {"bcg-ci": 25, "bcg-dev": 200, "bcg-thorough": 2000}

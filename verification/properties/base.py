@@ -2,7 +2,7 @@
 
 A check receives a :class:`CheckConfig` (target, device, budgets) and returns a
 :class:`CheckResult`. A :class:`PropertyFinding` carries a finding kind of
-:mod:`verification.finding_kinds`: ``target-bug`` fails the target; the kinds added here,
+:mod:`verification.findings`: ``target-bug`` fails the target; the kinds added here,
 ``memory-held`` (memory kept alive without being wrong, with its figure) and
 ``known-unsafe`` (a documented hazard the checker demonstrated), never do. :func:`search` runs hypothesis until a failing finding and
 shrinks it.
@@ -24,7 +24,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.errors import FlakyFailure
 
-from verification.finding_kinds import (
+from verification.findings import (
     HARNESS_ERROR,
     TARGET_BUG,
     fails_certificate,

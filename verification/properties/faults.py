@@ -35,7 +35,7 @@ import torch
 from hypothesis import strategies as st
 
 from verification.execute import collector_paused
-from verification.finding_kinds import register_finding_kind
+from verification.findings import register_finding_kind
 from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,

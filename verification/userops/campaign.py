@@ -1,7 +1,7 @@
 """``python -m verification fuzz-op MODULE:SPEC ...``: fuzz a user's break op in captured programs.
 
-It checks each op against its declared contract (:mod:`verification.opcontract`), then
-runs a campaign whose every program calls the ops 1 to 3 times (:mod:`verification.opprograms`),
+It checks each op against its declared contract (:mod:`verification.userops.contract`), then
+runs a campaign whose every program calls the ops 1 to 3 times (:mod:`verification.userops.programs`),
 and reports how often each op ran at each break position. Exit 0: clean; 1: a contract
 violation or a finding (with a reproducer that imports the user's module); 2: bad input.
 """
@@ -16,13 +16,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from verification.cli_support import campaign_config as shared_campaign_config
-from verification.cli_support import print_findings, writable_dir
+from verification.commands.options import campaign_config as shared_campaign_config
+from verification.commands.options import print_findings, writable_dir
 from verification.contracts import get_contract
 from verification.devices import UsageError, device_context, resolve_device
 from verification.fuzz import CampaignConfig, run_campaign, run_isolated
-from verification.opcontract import Violation, diagnose
-from verification.opprograms import (
+from verification.programs import Program
+from verification.targets import Target, load_target
+from verification.userops.contract import Violation, diagnose
+from verification.userops.programs import (
     POSITIONS,
     UserOp,
     break_positions,
@@ -30,9 +32,7 @@ from verification.opprograms import (
     op_programs,
     user_op,
 )
-from verification.opspec import TensorArg, load_spec
-from verification.programs import Program
-from verification.targets import Target, load_target
+from verification.userops.spec import TensorArg, load_spec
 
 DEFAULT_MAX_OPS, DEFAULT_MAX_BREAKS = 4, 2
 
@@ -158,7 +158,7 @@ def _return_under(user: UserOp, target: Target) -> list[Violation]:
 def contract_violations(
     users: Sequence[UserOp], target: Target, kind: str, examples: int, seed: int
 ) -> dict[str, list[Violation]]:
-    """Each op's broken contract parts: the checks of :mod:`verification.opcontract`."""
+    """Each op's broken contract parts: the checks of :mod:`verification.userops.contract`."""
     if examples <= 0:
         return {u.loaded.ref: _return_under(u, target) for u in users}
     with device_context(kind) as device:

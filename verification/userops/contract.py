@@ -21,11 +21,11 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from verification.opprograms import draw_metas, producer
 from verification.ops.spec import TensorMeta
-from verification.opspec import BreakOpSpec, LoadedSpec
 from verification.oracle import Tolerance, compare
 from verification.programs import input_expr
+from verification.userops.programs import draw_metas, producer
+from verification.userops.spec import BreakOpSpec, LoadedSpec
 
 
 @dataclass(frozen=True)

@@ -225,7 +225,7 @@ def load_spec(ref: str) -> LoadedSpec:
     spec = getattr(module, attr)
     if not isinstance(spec, BreakOpSpec):
         raise UsageError(
-            f"op spec {ref!r} is a {type(spec).__name__}, not a verification.opspec.BreakOpSpec"
+            f"op spec {ref!r} is a {type(spec).__name__}, not a verification.userops.spec.BreakOpSpec"
         )
     validate(spec)
     return LoadedSpec(spec, module_name, attr, getattr(module, "__file__", None))
