@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hypothesis import settings
 
-from verification.commands.check import run_properties
+from verification.certify.property_check import run_properties
 from verification.planted.property_targets import build
 from verification.properties.base import CheckResult, PropertyFinding
 from verification.targets import load_target

@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 
 from tests.test_oracle import OPS, TWO_BREAKS
-from verification.certify.checks import CheckResult
+from verification.certify.run import CheckResult
 from verification.contracts import declared_contract, get_contract
-from verification.devices import UsageError
+from verification.errors import UsageError
 from verification.findings import FINDING_KINDS, about_target, fails_certificate
 from verification.oracle import Finding, check_program, fresh_returns_read
 from verification.planted import targets as planted_targets

@@ -3,7 +3,6 @@ plain words, findings reproduce through the user's module, and bad specs exit 2 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -15,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.faulty_ops import FAULTY
 from verification.cli import main
-from verification.fuzz import run_campaign
+from verification.fuzz import CampaignConfig, run_campaign
 from verification.targets import load_target
-from verification.userops.campaign import campaign_config, load_user_ops
+from verification.userops.campaign import load_user_ops, op_campaign
 from verification.userops.contract import diagnose
 from verification.userops.programs import POSITIONS, break_positions, op_programs, user_op
 from verification.userops.spec import load_spec
@@ -60,28 +59,11 @@ def test_every_program_calls_the_op_and_every_break_position_occurs():
     assert {p for calls in seen for where in calls for p in where} == set(POSITIONS)
 
 
-def _campaign_args(ref: str, kind: str, **extra) -> argparse.Namespace:
-    values = dict(
-        specs=[ref],
-        target="breakable_cudagraph",
-        contract=None,
-        device=kind,
-        examples=None,
-        seed=0,
-        max_ops=4,
-        max_breaks=2,
-        replays=3,
-        report=None,
-        program_file=None,
-    )
-    return argparse.Namespace(**(values | extra))
-
-
 def test_campaign_finds_host_lengths_cached_per_buffer_and_reproducer_fails(bcg_kind, tmp_path):
     ref = "tests.faulty_ops:FROZEN_BY_ADDRESS"
     target = load_target("breakable_cudagraph")
-    args = _campaign_args(ref, bcg_kind, report=tmp_path)
-    config, coverage = campaign_config(args, load_user_ops([ref]), target, bcg_kind)
+    base = CampaignConfig(target, bcg_kind, max_ops=4, max_breaks=2, report_dir=tmp_path)
+    config, coverage = op_campaign(base, [ref], load_user_ops([ref]), target, bcg_kind)
     result = run_campaign(config)
     assert result.findings, coverage.lines()
     text = result.reproducers[0]

@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import strategies as st
 
-from verification.commands.check import run_properties
+from verification.certify.property_check import run_properties
 from verification.execute import collector_paused
 from verification.fuzz import CampaignConfig, run_isolated
 from verification.ops.spec import OpSpec, TensorMeta

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import settings
 
 from tests.property_checks import check, failing
-from verification.commands.check import run_properties
+from verification.certify.property_check import run_properties
 from verification.planted.property_targets import BUGS
 from verification.targets import load_target
 

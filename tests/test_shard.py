@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 import verification.fuzz
-from verification.devices import UsageError
+from verification.errors import UsageError
 from verification.fuzz import CampaignConfig, run_campaign
 from verification.planted.targets import build
 from verification.plugin.shard import CHUNK_EXAMPLES, Shard, parse_shard, plan, select

@@ -2,7 +2,7 @@
 
 Every :class:`~verification.oracle.Finding` carries one of these kinds. Only kinds with
 ``fails_certificate`` fail a target's certificate; others are reported and explained.
-Further checks add kinds with :func:`register_finding_kind`.
+A new kind is one entry of :data:`FINDING_KINDS`.
 """
 
 from __future__ import annotations
@@ -23,35 +23,56 @@ class FindingKind:
 TARGET_BUG = "target-bug"
 OP_CONTRACT = "op-contract"
 HARNESS_ERROR = "harness-error"
+MEMORY_HELD = "memory-held"
+KNOWN_UNSAFE = "known-unsafe"
+TORCH_LIMIT = "torch-limit"
 
-FINDING_KINDS: dict[str, FindingKind] = {}
-
-
-def register_finding_kind(
-    name: str, fails_certificate: bool, meaning: str, about_target: bool = True
-) -> FindingKind:
-    """Adds a kind; registering the same name twice is a programming error."""
-    assert name not in FINDING_KINDS, f"finding kind {name!r} is registered twice"
-    assert about_target or not fails_certificate, "only a finding about the target can fail it"
-    FINDING_KINDS[name] = FindingKind(name, fails_certificate, meaning, about_target)
-    return FINDING_KINDS[name]
-
-
-register_finding_kind(
-    TARGET_BUG,
-    True,
-    "the target failed to capture or replay the program as eager execution runs it "
-    "(wrong values, break calls or buffers, or an exception)",
-)
-register_finding_kind(
-    OP_CONTRACT,
-    False,
-    "a break in the program broke the contract the target is judged by "
-    "(under out-buffer: later steps read a fresh tensor the break returned)",
-)
-register_finding_kind(
-    HARNESS_ERROR, False, "the harness itself failed (generator, eager reference or a check)"
-)
+# Every kind, in one table that no import fills: what it holds never depends on which
+# checks were imported first. A new kind is one entry here.
+FINDING_KINDS: dict[str, FindingKind] = {
+    kind.name: kind
+    for kind in (
+        FindingKind(
+            TARGET_BUG,
+            True,
+            "the target failed to capture or replay the program as eager execution runs it "
+            "(wrong values, break calls or buffers, or an exception)",
+        ),
+        FindingKind(
+            OP_CONTRACT,
+            False,
+            "a break in the program broke the contract the target is judged by "
+            "(under out-buffer: later steps read a fresh tensor the break returned)",
+        ),
+        FindingKind(
+            HARNESS_ERROR,
+            False,
+            "the harness itself failed (generator, eager reference or a check)",
+        ),
+        FindingKind(
+            MEMORY_HELD,
+            False,
+            "the target is correct but keeps alive memory it could release (the figure says "
+            "how much)",
+        ),
+        FindingKind(
+            KNOWN_UNSAFE,
+            False,
+            "a documented hazard (replaying captures of one pool out of order), demonstrated "
+            "by the checker; never a target bug",
+            about_target=False,
+        ),
+        FindingKind(
+            TORCH_LIMIT,
+            False,
+            "a limitation of torch or CUDA that no target can work around, shown by the "
+            "checker; never a target bug",
+            about_target=False,
+        ),
+    )
+}
+# Only a finding about the target can fail its certificate.
+assert all(k.about_target or not k.fails_certificate for k in FINDING_KINDS.values())
 
 
 def fails_certificate(kind: str) -> bool:

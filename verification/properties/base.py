@@ -2,8 +2,7 @@
 
 A check receives a :class:`CheckConfig` (target, device, budgets) and returns a
 :class:`CheckResult`. A :class:`PropertyFinding` carries a finding kind of
-:mod:`verification.findings`: ``target-bug`` fails the target; the kinds added here,
-``memory-held`` (memory kept alive without being wrong, with its figure) and
+:mod:`verification.findings`: ``target-bug`` fails the target; ``memory-held`` (memory kept alive without being wrong, with its figure) and
 ``known-unsafe`` (a documented hazard the checker demonstrated), never do. :func:`search` runs hypothesis until a failing finding and
 shrinks it.
 """
@@ -28,23 +27,9 @@ from verification.findings import (
     HARNESS_ERROR,
     TARGET_BUG,
     fails_certificate,
-    register_finding_kind,
 )
 from verification.programs import Program, programs
 from verification.targets import Target
-
-MEMORY_HELD = register_finding_kind(
-    "memory-held",
-    False,
-    "the target is correct but keeps alive memory it could release (the figure says how much)",
-).name
-KNOWN_UNSAFE = register_finding_kind(
-    "known-unsafe",
-    False,
-    "a documented hazard (replaying captures of one pool out of order), demonstrated by the "
-    "checker; never a target bug",
-    about_target=False,
-).name
 
 
 @dataclass(frozen=True)

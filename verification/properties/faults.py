@@ -35,7 +35,7 @@ import torch
 from hypothesis import strategies as st
 
 from verification.execute import collector_paused
-from verification.findings import register_finding_kind
+from verification.findings import TORCH_LIMIT
 from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
@@ -49,13 +49,6 @@ from verification.properties.pool import WITNESS
 from verification.properties.runs import ProgramRun
 
 NAME = "faults"
-TORCH_LIMIT = register_finding_kind(
-    "torch-limit",
-    False,
-    "a limitation of torch or CUDA that no target can work around, shown by the checker; "
-    "never a target bug",
-    about_target=False,
-).name
 POOL_LEFT_RECORDING = "already recording to mempool_id"
 RNG_LEFT_CAPTURING = "Offset increment outside graph capture"
 POINTS = (

@@ -1,28 +1,24 @@
-"""``python -m verification fuzz-op MODULE:SPEC ...``: fuzz a user's break op in captured programs.
+"""A user's break ops fuzzed in captured programs: what ``fuzz-op`` and ``certify --ops`` run.
 
-It checks each op against its declared contract (:mod:`verification.userops.contract`), then
-runs a campaign whose every program calls the ops 1 to 3 times (:mod:`verification.userops.programs`),
-and reports how often each op ran at each break position. Exit 0: clean; 1: a contract
-violation or a finding (with a reproducer that imports the user's module); 2: bad input.
+:func:`load_user_ops` loads the ``MODULE:SPEC`` refs, :func:`contract_violations` checks each
+op against its declared contract (:mod:`verification.userops.contract`), and
+:func:`op_campaign` turns a campaign into one whose every program calls the ops 1 to 3 times
+(:mod:`verification.userops.programs`), counting how often each ran at each break position.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from verification.commands.options import campaign_config as shared_campaign_config
-from verification.commands.options import print_findings, writable_dir
-from verification.contracts import get_contract
-from verification.devices import UsageError, device_context, resolve_device
-from verification.fuzz import CampaignConfig, run_campaign, run_isolated
+from verification.devices import device_context
+from verification.errors import UsageError
+from verification.fuzz import CampaignConfig
 from verification.programs import Program
-from verification.targets import Target, load_target
+from verification.targets import Target
 from verification.userops.contract import Violation, diagnose
 from verification.userops.programs import (
     POSITIONS,
@@ -34,28 +30,8 @@ from verification.userops.programs import (
 )
 from verification.userops.spec import TensorArg, load_spec
 
+# Small base programs: the op is what varies.
 DEFAULT_MAX_OPS, DEFAULT_MAX_BREAKS = 4, 2
-
-
-def add_parser(commands: argparse._SubParsersAction, common: Callable[..., None]) -> None:
-    """Registers ``fuzz-op`` with the CLI's shared options (``common`` adds them)."""
-    parser = commands.add_parser(
-        "fuzz-op",
-        help="fuzz a break op of yours inside random captured programs",
-        description=__doc__,
-    )
-    parser.add_argument("specs", nargs="+", metavar="MODULE:SPEC", help="a BreakOpSpec")
-    common(parser, True)
-    parser.set_defaults(max_ops=DEFAULT_MAX_OPS, max_breaks=DEFAULT_MAX_BREAKS)
-    parser.add_argument("--report", type=Path, help="directory for reproducer scripts")
-    parser.add_argument(
-        "--contract-examples",
-        type=int,
-        default=5,
-        help="drawn calls per contract check (0 skips the checks)",
-    )
-    parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
 
 
 def load_user_ops(refs: Sequence[str]) -> list[UserOp]:
@@ -112,30 +88,30 @@ class Coverage:
         }
 
 
-def command_line(args: argparse.Namespace, target: Target, kind: str) -> str:
+def command_line(specs: Sequence[str], config: CampaignConfig, target: Target, kind: str) -> str:
     """The ``fuzz-op`` command that reruns this campaign (and so reproduces its finding)."""
     return (
-        f"python -m verification fuzz-op {' '.join(shlex.quote(s) for s in args.specs)} "
-        f"--target {target.name} --contract {target.contract.name} --device {kind} --seed {args.seed} --examples {args.examples} "
-        f"--max-ops {args.max_ops} --max-breaks {args.max_breaks} --replays {args.replays}"
+        f"python -m verification fuzz-op {' '.join(shlex.quote(s) for s in specs)} "
+        f"--target {target.name} --contract {target.contract.name} --device {kind} "
+        f"--seed {config.seed} --examples {config.examples} --max-ops {config.max_ops} "
+        f"--max-breaks {config.max_breaks} --replays {config.replays}"
     )
 
 
-def campaign_config(
-    args: argparse.Namespace, users: Sequence[UserOp], target: Target, kind: str
+def op_campaign(
+    base: CampaignConfig, specs: Sequence[str], users: Sequence[UserOp], target: Target, kind: str
 ) -> tuple[CampaignConfig, Coverage]:
+    """``base`` (its sizes and budget) with programs that call ``users``, and the coverage
+    counter that sees each program; ``specs`` are the refs the reproducer's command names."""
     coverage = Coverage(users)
     config = dataclasses.replace(
-        shared_campaign_config(args, args.report),
+        base,
         ops=op_catalog(users),
         strategy=op_programs(
-            users,
-            max_ops=args.max_ops,
-            max_breaks=args.max_breaks,
-            contract=target.contract,
+            users, max_ops=base.max_ops, max_breaks=base.max_breaks, contract=target.contract
         ),
         observe=coverage.observe,
-        command_line=command_line(args, target, kind),
+        command_line=command_line(specs, base, target, kind),
     )
     return config, coverage
 
@@ -166,31 +142,3 @@ def contract_violations(
             u.loaded.ref: _return_under(u, target) + diagnose(u.loaded, device, examples, seed)
             for u in users
         }
-
-
-def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    kind = resolve_device(args.device)
-    if args.contract is not None:
-        get_contract(args.contract)
-    target = load_target(args.target, args.contract)
-    users = load_user_ops(args.specs)
-    writable_dir(args.report, "--report")
-    config, coverage = campaign_config(args, users, target, kind)
-    isolate = args.isolate if args.isolate is not None else kind == "cuda"
-    if isolate:
-        status, crashed = run_isolated(list(argv), config)
-        if crashed is not None:
-            print_findings(crashed)
-        return status
-    violations = contract_violations(users, target, kind, args.contract_examples, args.seed)
-    for ref, found in violations.items():
-        print(f"contract of {ref}: {'BROKEN' if found else 'kept'} ({len(found)} violations)")
-        for violation in found:
-            print(f"  CONTRACT {violation.line()}")
-    result = run_campaign(config)
-    print_findings(result)
-    for line in coverage.lines():
-        print(line)
-    broken = sum(len(v) for v in violations.values())
-    print(f"{result.summary_line().replace('fuzz:', 'fuzz-op:', 1)}, {broken} contract violations")
-    return 1 if broken or result.findings else 0
