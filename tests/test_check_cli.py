@@ -142,5 +142,5 @@ def test_an_exception_escaping_a_check_is_one_finding_blamed_where_it_was_raised
         (harness_fails, "harness-error"),
     ):
         result = timed("pool", run)
-        assert [(f.kind, f.prop) for f in result.findings] == [(kind, "pool")], result
+        assert [(f.kind, f.check) for f in result.findings] == [(kind, "pool")], result
         assert "the check raised" in result.findings[0].message

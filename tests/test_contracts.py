@@ -16,8 +16,8 @@ from tests.test_oracle import OPS, TWO_BREAKS
 from verification.certify.run import CheckResult
 from verification.contracts import declared_contract, get_contract
 from verification.errors import UsageError
-from verification.findings import FINDING_KINDS, about_target, fails_certificate
-from verification.oracle import Finding, check_program, fresh_returns_read
+from verification.findings import FINDING_KINDS, Finding, about_target, fails_certificate
+from verification.oracle import check_program, fresh_returns_read
 from verification.planted import targets as planted_targets
 from verification.planted import vllm_minimal
 from verification.programs import op_table
@@ -76,7 +76,7 @@ def test_a_refreshing_bug_under_returns_stays_a_target_bug(bcg_device):
 
 
 def _result(*kinds: str) -> CheckResult:
-    findings = [Finding("mismatch", "m", TWO_BREAKS, 0, kind=kind) for kind in kinds]
+    findings = [Finding(kind, "fuzz", "m", "mismatch", TWO_BREAKS, 0) for kind in kinds]
     return CheckResult("fuzz", 1, 0.1, findings)
 
 

@@ -32,7 +32,7 @@ def _env() -> dict[str, str]:
 @pytest.mark.parametrize("name", list(FAULTY))
 def test_diagnosis_names_the_one_part_each_planted_op_breaks(bcg_device, name):
     violations = diagnose(load_spec(f"tests.faulty_ops:{name}"), bcg_device)
-    assert [v.part for v in violations] == [FAULTY[name]], [v.line() for v in violations]
+    assert [v.violation for v in violations] == [FAULTY[name]], [v.summary() for v in violations]
     assert len(violations[0].message.split()) > 12  # a sentence a person can act on
 
 
@@ -41,7 +41,7 @@ def test_diagnosis_names_the_one_part_each_planted_op_breaks(bcg_device, name):
 )
 def test_ops_that_keep_their_contract_pass_every_check(bcg_device, ref):
     violations = diagnose(load_spec(ref), bcg_device)
-    assert not violations, [v.line() for v in violations]
+    assert not violations, [v.summary() for v in violations]
 
 
 def test_every_program_calls_the_op_and_every_break_position_occurs():
@@ -155,9 +155,9 @@ def test_an_unjoined_op_is_judged_on_the_join_alone(monkeypatch, bcg_device):
     from verification.userops import contract as opcontract
 
     def every_part_fails(part):
-        return lambda loaded, case, device: opcontract.Violation(part, "m")
+        return lambda loaded, case, device: opcontract.broken(part, "m")
 
     fakes = tuple((part, every_part_fails(part)) for part, _ in opcontract.CHECKS)
     monkeypatch.setattr(opcontract, "CHECKS", fakes)
     violations = diagnose(load_spec("tests.faulty_ops:UNJOINED_STREAM"), bcg_device, examples=1)
-    assert [v.part for v in violations] == ["streams joined", "concurrent capture"]
+    assert [v.violation for v in violations] == ["streams joined", "concurrent capture"]

@@ -1,6 +1,7 @@
-"""Who a finding blames, as data: the target, the op the program ran, or the harness itself.
+"""What a check found, in one type: :class:`Finding`, and who it blames, as data: the target,
+the op the program ran, or the harness itself.
 
-Every :class:`~verification.oracle.Finding` carries one of these kinds. Only kinds with
+Every :class:`Finding` carries one of the kinds of :data:`FINDING_KINDS`. Only kinds with
 ``fails_certificate`` fail a target's certificate; others are reported and explained.
 A new kind is one entry of :data:`FINDING_KINDS`.
 """
@@ -8,6 +9,9 @@ A new kind is one entry of :data:`FINDING_KINDS`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from verification.programs import Program
 
 
 @dataclass(frozen=True)
@@ -81,3 +85,37 @@ def fails_certificate(kind: str) -> bool:
 
 def about_target(kind: str) -> bool:
     return FINDING_KINDS[kind].about_target
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One observation of a check, whichever check made it.
+
+    ``kind`` says whom it blames; ``check`` what found it (``fuzz``, a property's name, an
+    op's contract); ``violation`` what broke when the check checks more than one thing
+    (``mismatch``, ``break-count``, a contract part), None when the check is the property.
+    ``program`` is the (shrunk) example when there is one, ``seed`` its input seed,
+    ``replay_index`` and ``index`` the replay and the output or step it concerns, and
+    ``scenario`` a property's witness (threads, streams, pools) beyond the program.
+    """
+
+    kind: str
+    check: str
+    message: str
+    violation: str | None = None
+    program: Program | None = None
+    seed: int | None = None
+    replay_index: int | None = None
+    index: int | None = None
+    scenario: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def fails(self) -> bool:
+        return fails_certificate(self.kind)
+
+    def summary(self) -> str:
+        if self.violation is None:
+            first = self.message.splitlines()[0] if self.message else ""
+            return f"{self.check}: {self.kind}: {first}"
+        where = "" if self.replay_index is None else f" (replay {self.replay_index})"
+        return f"[{self.kind}] {self.violation}{where}: {self.message}"

@@ -27,10 +27,10 @@ from hypothesis.errors import FlakyFailure
 
 from verification.devices import device_context, resolve_device
 from verification.exampledb import shared_database
-from verification.findings import HARNESS_ERROR
+from verification.findings import HARNESS_ERROR, TARGET_BUG, Finding
 from verification.isolation import run_child, signal_name
 from verification.ops.spec import OpSpec
-from verification.oracle import Finding, InvalidProgram, check_program
+from verification.oracle import FUZZ, InvalidProgram, check_program
 from verification.programs import Program, programs
 from verification.report import render_reproducer, write_reproducer
 from verification.targets import DEFAULT_TARGET, Target, load_target
@@ -181,7 +181,7 @@ def _search(
             finding = check_program(program, target, device, input_seed, config.replays, config.ops)
         except InvalidProgram as error:
             finding = Finding(
-                "invalid-program", str(error), program, input_seed, kind=HARNESS_ERROR
+                HARNESS_ERROR, FUZZ, str(error), "invalid-program", program, input_seed
             )
         if finding is not None:
             raise _Found(finding)
@@ -262,9 +262,8 @@ def run_isolated(
         program, input_seed = pickle.loads(program_file.read_bytes())
     target = load_target(config.target, config.contract)
     kind = resolve_device(config.device)
-    finding = Finding(
-        "crash", f"the process died by signal {signal_name(status)}", program, input_seed
-    )
+    message = f"the process died by signal {signal_name(status)}"
+    finding = Finding(TARGET_BUG, FUZZ, message, "crash", program, input_seed)
     result = CampaignResult(target.name, kind, 0, time.perf_counter() - start, [finding])
     report_findings(result, config, target)
     return 1, result

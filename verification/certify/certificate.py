@@ -21,7 +21,7 @@ import torch
 
 from verification.certify.run import CertifyRun, CheckResult
 from verification.certify.sensitivity import summary_line
-from verification.findings import FINDING_KINDS, about_target, fails_certificate
+from verification.findings import FINDING_KINDS, Finding, about_target, fails_certificate
 from verification.targets import Target
 
 
@@ -68,14 +68,16 @@ def environment(device: str) -> dict[str, Any]:
     }
 
 
-def _finding(finding: Any) -> dict[str, Any]:
+def _finding(finding: Finding) -> dict[str, Any]:
+    # A property's finding is named by its check; a program's by what broke.
+    violation = finding.violation if finding.violation is not None else f"property {finding.check}"
     return {
         "kind": finding.kind,
-        "violation": finding.violation,
+        "violation": violation,
         "message": finding.message,
         "explanation": FINDING_KINDS[finding.kind].meaning,
-        "steps": len(finding.program.steps),
-        "seed": finding.seed,
+        "steps": len(finding.program.steps) if finding.program is not None else 0,
+        "seed": finding.seed or 0,
     }
 
 

@@ -11,10 +11,7 @@ import dataclasses
 import time
 
 from verification.certify.run import CertifyRun, CheckResult
-from verification.findings import OP_CONTRACT
 from verification.fuzz import run_campaign
-from verification.oracle import Finding
-from verification.programs import Program
 from verification.userops.campaign import (
     DEFAULT_MAX_BREAKS,
     DEFAULT_MAX_OPS,
@@ -34,10 +31,9 @@ def ops_check(run: CertifyRun) -> CheckResult:
     violations = contract_violations(
         run.users, run.target, run.device, CONTRACT_EXAMPLES, run.config.seed
     )
+    # Each names its op: several ops may break the same part.
     findings = [
-        Finding(
-            "contract", f"{ref}: {v.line()}", Program((), (), ()), run.config.seed, kind=OP_CONTRACT
-        )  # type: ignore[arg-type]
+        dataclasses.replace(v, message=f"{ref}: {v.message}", seed=run.config.seed)
         for ref, found in violations.items()
         for v in found
     ]

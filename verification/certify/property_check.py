@@ -8,6 +8,7 @@ the process boundary as JSON (:func:`to_json`, :func:`from_json`).
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,10 +21,9 @@ from verification.devices import device_context
 from verification.findings import TARGET_BUG
 from verification.isolation import run_child, signal_name
 from verification.ops.spec import TensorMeta
-from verification.oracle import Finding
 from verification.programs import Program, Step
 from verification.properties import PROPERTIES
-from verification.properties.base import CheckConfig, PropertyFinding
+from verification.properties.base import CheckConfig, property_finding
 from verification.properties.base import CheckResult as PropertyResult
 
 DEFAULT_CYCLES = 100
@@ -72,7 +72,7 @@ def from_json(data: list[dict[str, Any]]) -> list[PropertyResult]:
             r["examples"],
             r["elapsed_s"],
             [
-                PropertyFinding(
+                property_finding(
                     r["prop"],
                     f["kind"],
                     f["message"],
@@ -106,7 +106,7 @@ def run_in_child(name: str, argv: Sequence[str]) -> PropertyResult:
     last = [line.strip() for line in (done.stderr or "").splitlines() if line.strip()][-1:]
     said = f"; its last line on stderr: {last[0][:300]}" if last else ""
     message = f"crash: the check's process {what}{said}"
-    return PropertyResult(name, 0, 0.0, [PropertyFinding(name, TARGET_BUG, message)])
+    return PropertyResult(name, 0, 0.0, [property_finding(name, TARGET_BUG, message)])
 
 
 def properties_check(run: CertifyRun) -> CheckResult:
@@ -116,8 +116,10 @@ def properties_check(run: CertifyRun) -> CheckResult:
     # for a while; the simulator's allocator shows any per-cycle leak in 1,000.
     long_run = (run.config.examples or 0) >= 2000
     cycles = (10_000 if run.device == "cuda" else 1_000) if long_run else DEFAULT_CYCLES
-    if run.device == "cuda":
-        # The child imports the target by name: its crash must not end certify.
+    # A target that is a module of its name is imported by the children, one per property, so
+    # that a crash ends a child, not certify; one built in this process runs here.
+    by_name = sys.modules.get(run.target.name) is run.target.module
+    if run.device == "cuda" and by_name:
         argv = ["check", "all", "--target", run.target.name, "--device", "cuda"]
         argv += [
             "--examples",
@@ -132,18 +134,7 @@ def properties_check(run: CertifyRun) -> CheckResult:
         results = [run_in_child(name, argv) for name in PROPERTIES]
     else:
         results = run_properties("all", run.target, run.device, examples, run.config.seed, cycles)
-    empty = Program((), (), ())
-    findings = [
-        Finding(
-            f"property {f.prop}",  # type: ignore[arg-type]
-            f.message,
-            f.program or empty,
-            f.seed or 0,
-            kind=f.kind,
-        )
-        for r in results
-        for f in r.findings
-    ]
+    findings = [f for r in results for f in r.findings]
     run.progress(sum(r.examples for r in results))
     return CheckResult(
         "properties",

@@ -11,9 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from verification.findings import about_target, fails_certificate
+from verification.findings import Finding, about_target, fails_certificate
 from verification.fuzz import CampaignConfig
-from verification.oracle import Finding
 from verification.targets import Target
 from verification.userops.programs import UserOp
 

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for ref, found in violations.items():
         print(f"contract of {ref}: {'BROKEN' if found else 'kept'} ({len(found)} violations)")
         for violation in found:
-            print(f"  CONTRACT {violation.line()}")
+            print(f"  CONTRACT {violation.violation}: {violation.message}")
     result = run_campaign(config)
     print_findings(result)
     for line in coverage.lines():

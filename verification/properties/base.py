@@ -1,7 +1,7 @@
 """What every property check shares: its configuration, its findings and the hypothesis driver.
 
 A check receives a :class:`CheckConfig` (target, device, budgets) and returns a
-:class:`CheckResult`. A :class:`PropertyFinding` carries a finding kind of
+:class:`CheckResult`. A :class:`~verification.findings.Finding` (:func:`property_finding`) carries a finding kind of
 :mod:`verification.findings`: ``target-bug`` fails the target; ``memory-held`` (memory kept alive without being wrong, with its figure) and
 ``known-unsafe`` (a documented hazard the checker demonstrated), never do. :func:`search` runs hypothesis until a failing finding and
 shrinks it.
@@ -26,29 +26,22 @@ from hypothesis.errors import FlakyFailure
 from verification.findings import (
     HARNESS_ERROR,
     TARGET_BUG,
-    fails_certificate,
+    Finding,
 )
 from verification.programs import Program, programs
 from verification.targets import Target
 
 
-@dataclass(frozen=True)
-class PropertyFinding:
-    """One observation of a property check; ``program`` is the (shrunk) example, if any."""
-
-    prop: str
-    kind: str
-    message: str
-    program: Program | None = None
-    seed: int | None = None
-    scenario: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def fails(self) -> bool:
-        return fails_certificate(self.kind)
-
-    def summary(self) -> str:
-        return f"{self.prop}: {self.kind}: {self.message.splitlines()[0] if self.message else ''}"
+def property_finding(
+    prop: str,
+    kind: str,
+    message: str,
+    program: Program | None = None,
+    seed: int | None = None,
+    scenario: tuple[tuple[str, Any], ...] = (),
+) -> Finding:
+    """A finding of property ``prop``; ``program`` is the (shrunk) example, if any."""
+    return Finding(kind, prop, message, program=program, seed=seed, scenario=scenario)
 
 
 @dataclass
@@ -74,7 +67,7 @@ class CheckResult:
     prop: str
     examples: int
     elapsed_s: float
-    findings: list[PropertyFinding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     not_applicable: str | None = None
 
     @property
@@ -85,7 +78,7 @@ class CheckResult:
 class Found(Exception):
     """Raised inside a hypothesis example so that hypothesis shrinks the finding."""
 
-    def __init__(self, finding: PropertyFinding) -> None:
+    def __init__(self, finding: Finding) -> None:
         super().__init__(finding.summary())
         self.finding = finding
 
@@ -117,9 +110,9 @@ def program_strategy(
 def search(
     config: CheckConfig,
     strategy: st.SearchStrategy[Any],
-    body: Callable[[Any], PropertyFinding | None],
+    body: Callable[[Any], Finding | None],
     examples: int | None = None,
-) -> tuple[int, PropertyFinding | None]:
+) -> tuple[int, Finding | None]:
     """Runs ``body`` on drawn values until it returns a failing finding; (examples, finding)."""
     counter = [0]
 
@@ -167,7 +160,7 @@ def _raised_by_harness(error: BaseException) -> bool:
     return innermost is not None and _HARNESS in innermost.parents
 
 
-def timed(prop: str, run: Callable[[], tuple[int, list[PropertyFinding]]]) -> CheckResult:
+def timed(prop: str, run: Callable[[], tuple[int, list[Finding]]]) -> CheckResult:
     """Runs a check with the heap so far frozen: the checks collect garbage often, and a
     full collection walks all of torch and hypothesis (a second each on a busy machine).
 
@@ -182,7 +175,7 @@ def timed(prop: str, run: Callable[[], tuple[int, list[PropertyFinding]]]) -> Ch
         examples, findings = run()
     except Exception as error:
         kind = HARNESS_ERROR if _raised_by_harness(error) else TARGET_BUG
-        examples, findings = 0, [PropertyFinding(prop, kind, f"the check raised {error!r}")]
+        examples, findings = 0, [property_finding(prop, kind, f"the check raised {error!r}")]
     finally:
         gc.unfreeze()
     return CheckResult(prop, examples, time.perf_counter() - start, findings)

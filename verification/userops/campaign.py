@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 
 from verification.devices import device_context
 from verification.errors import UsageError
+from verification.findings import Finding
 from verification.fuzz import CampaignConfig
 from verification.programs import Program
 from verification.targets import Target
-from verification.userops.contract import Violation, diagnose
+from verification.userops.contract import broken, diagnose
 from verification.userops.programs import (
     POSITIONS,
     UserOp,
@@ -116,12 +117,12 @@ def op_campaign(
     return config, coverage
 
 
-def _return_under(user: UserOp, target: Target) -> list[Violation]:
+def _return_under(user: UserOp, target: Target) -> list[Finding]:
     """A declared fresh return, when the target's contract never refreshes returns."""
     if not isinstance(user.spec.returns, TensorArg) or target.contract.refreshes_returns:
         return []
     return [
-        Violation(
+        broken(
             "declared return",
             f"it returns a fresh tensor, and target {target.name} is judged by the "
             f"{target.contract.name} contract, under which a returned tensor is never refreshed "
@@ -133,7 +134,7 @@ def _return_under(user: UserOp, target: Target) -> list[Violation]:
 
 def contract_violations(
     users: Sequence[UserOp], target: Target, kind: str, examples: int, seed: int
-) -> dict[str, list[Violation]]:
+) -> dict[str, list[Finding]]:
     """Each op's broken contract parts: the checks of :mod:`verification.userops.contract`."""
     if examples <= 0:
         return {u.loaded.ref: _return_under(u, target) for u in users}
