@@ -9,10 +9,10 @@ import warnings
 
 import pytest
 
-from verification.certify import sensitivity
+from verification.certify import checks, sensitivity
 from verification.certify.certificate import certificate, markdown
 from verification.certify.checks import fuzz_check
-from verification.certify.run import CertifyRun
+from verification.certify.run import CertifyRun, Check, CheckResult
 from verification.fuzz import CampaignConfig
 from verification.targets import load_target
 
@@ -70,3 +70,28 @@ def test_certificate_has_every_field_and_markdown_starts_simulated(bcg_kind, two
     text = markdown(cert)
     assert text.startswith("SIMULATED") == (bcg_kind == "sim")
     assert "planted bugs: 1 of 2 found" in text and "missed: two_planted:no_bug" in text
+
+
+def test_checks_is_the_one_list_of_certify_sensitivity_and_mutation_included(monkeypatch):
+    assert [c.name for c in checks.CHECKS] == [
+        "fuzz",
+        "ops",
+        "properties",
+        "sensitivity",
+        "mutation",
+    ]
+    # Adding a check is one entry: certify runs it and the certificate lists it.
+    extra = Check(
+        "extra",
+        lambda run: CheckResult("extra", 1, 0.0, coverage={"extra": {"runs": 1}}),
+        budget=lambda run: 1,
+    )
+    monkeypatch.setattr(checks, "CHECKS", [extra])
+    target = load_target("breakable_cudagraph")
+    run = CertifyRun(CampaignConfig(target=target, device="sim"), target, "sim")
+    announced = []
+    results = checks.run_checks(run, lambda name, budget: announced.append((name, budget)))
+    cert = certificate(run, results, "quick")
+    assert announced == [("extra", 1)]
+    assert [c["name"] for c in cert["checks"]] == ["extra"]
+    assert cert["coverage"] == {"extra": {"runs": 1}} and cert["sensitivity"] is None
