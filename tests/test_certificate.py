@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from verification import sensitivity
-from verification.certify import certificate, markdown
-from verification.checks import CertifyRun, fuzz_check
+from verification.certify import checks, sensitivity
+from verification.certify.certificate import certificate, markdown
+from verification.certify.checks import fuzz_check
+from verification.certify.run import CertifyRun, Check, CheckResult
 from verification.fuzz import CampaignConfig
 from verification.properties import PROPERTIES
 from verification.targets import load_target
@@ -29,12 +30,12 @@ def two_planted(tmp_path, monkeypatch):
     """Planted modules whose first 'bug' is real and whose second is the clean target: one
     for the fuzzer, one for a property check."""
     (tmp_path / "two_planted.py").write_text(
-        "from tests.planted_targets import build as _build\n"
+        "from verification.planted.targets import build as _build\n"
         "BUGS = {'eager_run_twice': 'real', 'no_bug': 'clean, must be missed'}\n"
         "def build(bug):\n    return _build(None if bug == 'no_bug' else bug)\n"
     )
     (tmp_path / "two_planted_properties.py").write_text(
-        "from tests.planted_property_targets import build as _build\n"
+        "from verification.planted.property_targets import build as _build\n"
         "BUGS = {'global_active_capture': ('real', 'threads', None),\n"
         "        'no_bug': ('clean, must be missed', 'threads', None)}\n"
         "def build(bug):\n    return _build(None if bug == 'no_bug' else bug)\n"
@@ -82,9 +83,10 @@ def test_sensitivity_keeps_the_planted_targets_empty_graph_warnings_to_itself(
     assert not [w for w in caught if "CUDA Graph is empty" in str(w.message)]
 
 
-def test_sensitivity_is_none_outside_a_checkout(monkeypatch):
-    monkeypatch.setattr(sensitivity, "FUZZ_MODULES", ("no_such_tests.planted",))
-    assert sensitivity.measure("sim") is None
+def test_the_planted_targets_ship_with_the_package():
+    # certify from a non-editable install measures sensitivity: nothing it runs is in tests/.
+    modules = (*sensitivity.FUZZ_MODULES, sensitivity.PROPERTY_MODULE)
+    assert all(name.startswith("verification.planted.") for name in modules)
 
 
 def test_certificate_has_every_field_and_markdown_starts_simulated(bcg_kind, two_planted):
@@ -92,9 +94,8 @@ def test_certificate_has_every_field_and_markdown_starts_simulated(bcg_kind, two
     run = CertifyRun(config, load_target("breakable_cudagraph"), bcg_kind)
     cert = certificate(
         run,
-        [fuzz_check(run)],
+        [fuzz_check(run), sensitivity.sensitivity_check(run)],
         "quick",
-        sensitivity.measure(bcg_kind),
         overrides={"examples": 3},
         command="python -m verification certify --examples 3",
         seconds=12.34,
@@ -127,7 +128,7 @@ def _keys(data: object) -> list[str]:
 def test_json_keys_are_identifiers_except_where_they_name_data(bcg_kind, two_planted):
     config = CampaignConfig(target="breakable_cudagraph", device=bcg_kind, examples=3)
     run = CertifyRun(config, load_target("breakable_cudagraph"), bcg_kind)
-    cert = certificate(run, [fuzz_check(run)], "quick", sensitivity.measure(bcg_kind))
+    cert = certificate(run, [fuzz_check(run), sensitivity.sensitivity_check(run)], "quick")
     # Coverage counts are keyed by op names and the like: data, not field names.
     data = {k: v for k, v in cert.items() if k != "coverage"}
     assert all(key.isidentifier() for key in _keys(data)), _keys(data)
@@ -178,3 +179,28 @@ def test_certificate_md_says_what_ran_on_what_by_which_command(tmp_path):
     }
     assert cert["target"]["dirty"] and not cert["target"]["untracked"]
     assert "overly large repr" not in done.stderr
+
+
+def test_checks_is_the_one_list_of_certify_a_row_per_property(monkeypatch):
+    assert [c.name for c in checks.CHECKS] == [
+        "fuzz",
+        "ops",
+        *PROPERTIES,
+        "sensitivity",
+        "mutation",
+    ]
+    # Adding a check is one entry: certify runs it and the certificate lists it.
+    extra = Check(
+        "extra",
+        lambda run: CheckResult("extra", 1, 0.0, coverage={"extra": {"runs": 1}}),
+        budget=lambda run: 1,
+    )
+    monkeypatch.setattr(checks, "CHECKS", [extra])
+    target = load_target("breakable_cudagraph")
+    run = CertifyRun(CampaignConfig(target=target, device="sim"), target, "sim")
+    announced = []
+    results = checks.run_checks(run, lambda *check: announced.append(check))
+    cert = certificate(run, results, "quick")
+    assert announced == [("extra", 1, "examples")]
+    assert [c["name"] for c in cert["checks"]] == ["extra"]
+    assert cert["coverage"] == {"extra": {"runs": 1}} and cert["sensitivity"] is None

@@ -285,7 +285,7 @@ def test_plugin_costs_nothing_until_used_and_says_so_once_it_is(host):
 
 
 def test_the_plugins_default_target_is_the_harness_default():
-    from verification import plugin
+    from verification.plugin import hooks as plugin
     from verification.targets import DEFAULT_TARGET
 
     assert plugin.DEFAULT_TARGET == DEFAULT_TARGET

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from verification.progress import progress_bar
+from verification.commands.progress import progress_bar
 
 
 class _Terminal(io.StringIO):

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
-from verification.devices import UsageError
+from verification.errors import UsageError
 
 ENV_VAR = "BCG_HYPOTHESIS_DB"
 REDIS_SCHEMES = ("redis", "rediss", "unix")

@@ -10,37 +10,35 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from verification.devices import DEVICE_CHOICES, resolve_device
+from verification.commands.options import add_device, add_quiet, at_least, writable_dir
+from verification.commands.progress import progress_bar
+from verification.devices import resolve_device
 from verification.mutation.engine import MutationConfig, MutationResult, run_mutation
 from verification.mutation.summary import score_line, write
-from verification.progress import progress_bar
 from verification.targets import DEFAULT_TARGET
 
 
-def add_parser(commands: argparse._SubParsersAction, count: Callable[[int], Callable]) -> None:
+def add_parser(commands: argparse._SubParsersAction) -> None:
     mutate = commands.add_parser(
         "mutate", help="mutation score: how many mutants of the target the harness kills"
     )
     mutate.add_argument(
         "--target", default=DEFAULT_TARGET, metavar="MODULE", help="importable module to mutate"
     )
+    add_device(mutate)
     mutate.add_argument(
-        "--device",
-        default="auto",
-        choices=DEVICE_CHOICES,
-        help="auto: the GPU if torch sees one, else the CUDA simulator",
+        "--budget", type=at_least(1), help="sample this many mutants (default: all of them)"
+    )
+    mutate.add_argument("--jobs", type=at_least(1), default=1, help="mutants judged in parallel")
+    mutate.add_argument(
+        "--seed", type=at_least(0), default=0, help="seed of the mutant sample and of the fuzzing"
     )
     mutate.add_argument(
-        "--budget", type=count(1), help="sample this many mutants (default: all of them)"
+        "--examples", type=at_least(1), default=100, help="fuzz examples per mutant"
     )
-    mutate.add_argument("--jobs", type=count(1), default=1, help="mutants judged in parallel")
-    mutate.add_argument(
-        "--seed", type=count(0), default=0, help="seed of the mutant sample and of the fuzzing"
-    )
-    mutate.add_argument("--examples", type=count(1), default=100, help="fuzz examples per mutant")
     mutate.add_argument(
         "--unit-tests", metavar="CMD", help="shell command run first; it kills what it can"
     )
@@ -64,9 +62,7 @@ def add_parser(commands: argparse._SubParsersAction, count: Callable[[int], Call
         metavar="DIR",
         help="write mutation.json, mutation.md and the session there (default: none)",
     )
-    mutate.add_argument(
-        "-q", "--quiet", action="store_true", help="no progress bar (drawn only on a terminal)"
-    )
+    add_quiet(mutate)
 
 
 def _place(text: str) -> tuple[str, int]:
@@ -101,6 +97,7 @@ def print_survivors(result: MutationResult) -> None:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     device = resolve_device(args.device)
+    writable_dir(args.report, "--report")
     config = config_from(args, device)
     with progress_bar(quiet=args.quiet) as (start, advance):
         config.on_total = lambda total: start("mutate", total, "mutants")

@@ -17,19 +17,17 @@ from typing import Any, TypeVar
 
 import pytest
 
-# Neither module imports torch or hypothesis: everything that does is imported where used.
-from verification.devices import DEVICE_CHOICES, TORCH_DEVICE, UsageError
-from verification.shard import UNSHARDED, FuzzChunk, Shard, parse_shard
+# None of these imports torch or hypothesis: everything that does is imported where used.
+from verification.devices import DEVICE_CHOICES, TORCH_DEVICE
+from verification.errors import UsageError
+from verification.plugin.shard import UNSHARDED, FuzzChunk, Shard, parse_shard
+from verification.profiles import PROFILE_MEANINGS, PROFILES, PYTEST_PROFILES
 
 # verification.targets.DEFAULT_TARGET, written out because importing that package pulls in
 # the target machinery; tests/test_plugin.py checks that the two agree.
 DEFAULT_TARGET = "breakable_cudagraph"
-PROFILES = {"bcg-ci": 25, "bcg-dev": 200, "bcg-thorough": 2000}
-PROFILE_MEANINGS = {
-    "bcg-ci": "a quick smoke run for every push",
-    "bcg-dev": "a developer's run before review",
-    "bcg-thorough": "a nightly or release run",
-}
+# Hypothesis profile bcg-NAME runs the examples of verification.profiles' NAME.
+HYPOTHESIS_PROFILES = {f"bcg-{name}": PROFILES[name].examples for name in PYTEST_PROFILES}
 
 # Marker -> (the device kind it needs, why it is skipped elsewhere).
 MARKERS = {
@@ -88,8 +86,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         f"(default: {UNSHARDED}, every chunk)",
     )
     meanings = "; ".join(
-        f"{name.removeprefix('bcg-')}: {examples} examples, {PROFILE_MEANINGS[name]}"
-        for name, examples in PROFILES.items()
+        f"{name}: {PROFILES[name].examples} examples, {PROFILE_MEANINGS[name]}"
+        for name in PYTEST_PROFILES
     )
     group.addoption(
         "--bcg-profile",
@@ -117,8 +115,8 @@ def _profile_name(config: pytest.Config) -> str | None:
     if not asked:
         return None
     name = asked if asked.startswith("bcg-") else f"bcg-{asked}"
-    if name not in PROFILES:
-        short = ", ".join(p.removeprefix("bcg-") for p in PROFILES)
+    if name not in HYPOTHESIS_PROFILES:
+        short = ", ".join(PYTEST_PROFILES)
         raise pytest.UsageError(f"{source}: unknown bcg profile {asked!r}; choose one of {short}")
     return name
 
@@ -156,7 +154,7 @@ def _register_profiles() -> None:
     from hypothesis import HealthCheck, settings
 
     slow_ok = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-    for name, examples in PROFILES.items():
+    for name, examples in HYPOTHESIS_PROFILES.items():
         settings.register_profile(
             name, max_examples=examples, deadline=None, suppress_health_check=slow_ok
         )
@@ -218,7 +216,7 @@ def pytest_configure_node(node: Any) -> None:
         return
     import torch
 
-    from verification.workers import gpu_for_worker, visible_gpus
+    from verification.plugin.workers import gpu_for_worker, visible_gpus
 
     gpus = visible_gpus(os.environ, torch.cuda.device_count())
     node.workerinput[_WORKER_GPU] = gpu_for_worker(node.workerinput["workerid"], gpus)
@@ -282,7 +280,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     from hypothesis import settings
 
-    from verification.shard import plan, select
+    from verification.plugin.shard import plan, select
 
     state = metafunc.config.stash[_STATE]
     chunks: list[FuzzChunk] = select(plan(settings.default.max_examples), state.shard)

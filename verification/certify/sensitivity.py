@@ -1,12 +1,12 @@
 """The harness's teeth where a certificate was made: re-run every planted-bug target of
-``tests/`` in the same environment, through the check that must find it, and count the hits.
+:mod:`verification.planted` in the same environment, through the check that must find it, and
+count the hits.
 
-Fuzz targets (``tests.planted_targets``, ``tests.vllm_minimal``: ``BUGS`` and ``build(bug)``)
-run the differential campaign with up to :data:`FUZZ_EXAMPLES` examples each (it stops at the
-first finding); property targets (``tests.planted_property_targets``: ``BUGS`` maps each bug to
-the property that must find it) run that property with the ``ci`` budget the suite proves each
-is found within. Outside a source checkout there are no such targets: :func:`measure` then
-returns None and :data:`UNAVAILABLE` says why.
+Fuzz targets (``targets``, ``vllm_minimal``: ``BUGS`` and ``build(bug)``) run the differential
+campaign with up to :data:`FUZZ_EXAMPLES` examples each (it stops at the first finding);
+property targets (``property_targets``: ``BUGS`` maps each bug to the property that must find
+it) run that property with the ``ci`` budget the suite proves each is found within. The planted
+targets ship with the package, so this measures from any install.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verification.finding_kinds import fails_certificate
+from verification.certify.run import CertifyRun, CheckResult
+from verification.findings import fails_certificate
 from verification.fuzz import CampaignConfig, run_campaign
 
-FUZZ_MODULES = ("tests.planted_targets", "tests.vllm_minimal")
-PROPERTY_MODULE = "tests.planted_property_targets"
+FUZZ_MODULES = ("verification.planted.targets", "verification.planted.vllm_minimal")
+PROPERTY_MODULE = "verification.planted.property_targets"
 # A cap, not a cost: a campaign stops at its first finding. tests/test_planted_bugs.py: at 25
 # examples nested_break_recorded_twice was missed for seeds 0-3 (and on the H200), while
 # seeds 0-3 found it within 52-185 examples; 400 leaves twice that margin.
@@ -36,7 +37,6 @@ FUZZ_EXAMPLES = 400
 PROPERTY_EXAMPLES = 25
 PROPERTY_CYCLES = 30
 EMPTY_GRAPH_WARNING = "The CUDA Graph is empty"
-UNAVAILABLE = "the planted-bug targets of tests/ are not importable (not a source checkout)"
 
 
 @dataclass(frozen=True)
@@ -49,16 +49,13 @@ class Planted:
     bug: str
 
 
-def planted_targets() -> list[Planted] | None:
-    """Every planted bug, fuzz targets first; None outside a checkout."""
+def planted_targets() -> list[Planted]:
+    """Every planted bug, fuzz targets first."""
     found = []
-    try:
-        for name in FUZZ_MODULES:
-            module = importlib.import_module(name)
-            found += [Planted(f"{name}:{bug}", "fuzz", name, bug) for bug in module.BUGS]
-        module = importlib.import_module(PROPERTY_MODULE)
-    except ImportError:
-        return None
+    for name in FUZZ_MODULES:
+        module = importlib.import_module(name)
+        found += [Planted(f"{name}:{bug}", "fuzz", name, bug) for bug in module.BUGS]
+    module = importlib.import_module(PROPERTY_MODULE)
     found += [
         Planted(f"{PROPERTY_MODULE}:{bug}", prop, PROPERTY_MODULE, bug)
         for bug, (_, prop, _) in module.BUGS.items()
@@ -76,7 +73,7 @@ def _fuzz_hit(planted: Planted, device: str, seed: int) -> tuple[bool, int]:
 def _property_hit(planted: Planted, device: str, seed: int) -> tuple[bool, int]:
     if device == "cuda":
         return _property_hit_in_child(planted, device, seed)
-    from verification.check_command import run_properties
+    from verification.certify.property_check import run_properties
     from verification.targets import load_target
 
     target = load_target(importlib.import_module(planted.module).build(planted.bug))
@@ -95,8 +92,7 @@ def _property_hit_in_child(planted: Planted, device: str, seed: int) -> tuple[bo
             f"globals().update({{k: v for k, v in vars(build({planted.bug!r})).items() "
             "if k != '__name__'})\n"
         )
-        root = Path(importlib.import_module(planted.module).__file__).resolve().parents[1]
-        path = os.pathsep.join([scratch, str(root), os.environ.get("PYTHONPATH", "")])
+        path = os.pathsep.join([scratch, os.environ.get("PYTHONPATH", "")])
         done = subprocess.run(
             [sys.executable, "-m", "verification", "check", planted.check, "--no-isolate",
              "--target", shim.stem, "--device", device, "--seed", str(seed),
@@ -110,11 +106,9 @@ def _property_hit_in_child(planted: Planted, device: str, seed: int) -> tuple[bo
 
 def measure(
     device: str, seed: int = 0, progress: Callable[[int], None] = lambda advance: None
-) -> dict[str, Any] | None:
-    """Runs every planted target; ``progress(1)`` after each. None outside a checkout."""
+) -> dict[str, Any]:
+    """Runs every planted target; ``progress(1)`` after each."""
     targets = planted_targets()
-    if targets is None:
-        return None
     start = time.perf_counter()
     rows = []
     with warnings.catch_warnings():
@@ -155,3 +149,21 @@ def measure(
         "by_check": by_check,
         "targets": rows,
     }
+
+
+def summary_line(measured: dict[str, Any]) -> str:
+    """``N of M found``, the line certify prints."""
+    return (
+        f"planted bugs: {measured['found']} of {measured['total']} found, each through the "
+        "check that must find it (same environment)"
+    )
+
+
+def sensitivity_check(run: CertifyRun) -> CheckResult:
+    """The measurement as a check of certify's table: its result is the certificate's
+    ``sensitivity`` section and the table's sensitivity row."""
+    start = time.perf_counter()
+    measured = measure(run.device, run.config.seed, run.progress)
+    return CheckResult(
+        "sensitivity", measured["total"], time.perf_counter() - start, section=measured
+    )

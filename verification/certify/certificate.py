@@ -1,12 +1,11 @@
-"""Certify a target before upstreaming: run every check of :data:`~verification.checks.CHECKS`
-under a profile, and write ``certificate.json`` and ``certificate.md``.
+"""The certificate ``certify`` writes: ``certificate.json`` and ``certificate.md``.
 
-:func:`run_checks` runs the table; :func:`certificate` turns the results into plain data (the
-verdict, the exact command and total time, the target with its version and commit, the
-contract and how it was chosen, the device, the profile with any overrides, a row per check,
-coverage, sensitivity); :func:`markdown` renders it so that its heading answers what was run,
-on what, how and how strongly, SIMULATED first when the CUDA simulator stood in for a GPU.
-Only target bugs fail a certificate. JSON keys are identifiers.
+:func:`certificate` turns the checks' results into plain data (the verdict, the exact command
+and total time, the target with its version and commit, the contract and how it was chosen,
+the device, the profile with any overrides, a row per check, coverage, sensitivity);
+:func:`markdown` renders it so that its heading answers what was run, on what, how and how
+strongly, SIMULATED first when the CUDA simulator stood in for a GPU. Only target bugs fail a
+certificate. JSON keys are identifiers.
 """
 
 from __future__ import annotations
@@ -15,63 +14,19 @@ import datetime
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import hypothesis
 import torch
 
-from verification.checks import CHECKS, CertifyRun, CheckResult
+from verification.certify.run import CertifyRun, CheckResult
 from verification.contracts import DECLARATION, LEGACY_DECLARATION
-from verification.finding_kinds import FINDING_KINDS, about_target, fails_certificate
-from verification.ops.spec import OpSpec
+from verification.findings import FINDING_KINDS, Finding, about_target, fails_certificate
 from verification.properties import PROPERTIES
 from verification.provenance import provenance
-from verification.sensitivity import UNAVAILABLE
 from verification.targets import Target
-
-
-@dataclass(frozen=True)
-class Profile:
-    examples: int
-    max_ops: int
-    max_breaks: int
-    replays: int
-    meaning: str = ""
-
-
-PROFILES: dict[str, Profile] = {
-    "quick": Profile(50, 8, 3, 3, "a smoke test: does the target run under the harness at all"),
-    "standard": Profile(300, 12, 4, 3, "the evidence a pull request needs"),
-    "thorough": Profile(
-        2000, 16, 6, 4, "before a release, on the GPU: long programs, 10,000 repetition cycles"
-    ),
-}
-DEFAULT_PROFILE = "standard"
-
-
-def load_ops(specs: Sequence[str]) -> list[OpSpec] | None:
-    """Checks the ops ``--ops MODULE:SPEC`` names (one-line UsageError otherwise). They run
-    in the ``ops`` check, not in the fuzz check's catalog, so this returns None (the catalog)."""
-    from verification.fuzz_op import load_user_ops
-
-    load_user_ops(specs)
-    return None
-
-
-def run_checks(
-    run: CertifyRun, on_check: Callable[[str, int | None], None] = lambda name, budget: None
-) -> list[CheckResult]:
-    """Runs every check in order; ``on_check(name, budget)`` announces each one."""
-    results = []
-    for check in CHECKS:
-        if not check.applies(run):
-            continue
-        on_check(check.name, check.budget(run))
-        results.append(check.run(run))
-    return results
 
 
 def _driver() -> str | None:
@@ -99,14 +54,16 @@ def environment(device: str) -> dict[str, Any]:
     }
 
 
-def _finding(finding: Any) -> dict[str, Any]:
+def _finding(finding: Finding) -> dict[str, Any]:
+    # A property's finding is named by its check; a program's by what broke.
+    violation = finding.violation if finding.violation is not None else f"property {finding.check}"
     return {
         "kind": finding.kind,
-        "violation": finding.violation,
+        "violation": violation,
         "message": finding.message,
         "explanation": FINDING_KINDS[finding.kind].meaning,
-        "steps": len(finding.program.steps),
-        "seed": finding.seed,
+        "steps": len(finding.program.steps) if finding.program is not None else 0,
+        "seed": finding.seed or 0,
     }
 
 
@@ -157,22 +114,22 @@ def certificate(
     run: CertifyRun,
     results: Sequence[CheckResult],
     profile: str,
-    sensitivity: dict[str, Any] | None = None,
     *,
     overrides: dict[str, int] | None = None,
     command: str | None = None,
     seconds: float | None = None,
-    sensitivity_skipped: str | None = None,
 ) -> dict[str, Any]:
-    """The certificate as plain data; ``overrides`` are the budget options given on top of
-    ``profile``, ``sensitivity_skipped`` why sensitivity was not measured (if it was not)."""
+    """The certificate as plain data; a result with a ``section`` (sensitivity) becomes that
+    section, the others rows of ``checks``. ``overrides`` are the budget options given on top
+    of ``profile``; ``command`` the command line, ``seconds`` the total time."""
     target: Target = run.target
     config = run.config
+    sections = {r.name: r.section for r in results if r.section is not None}
+    results = [r for r in results if r.section is None]
+    sensitivity = sections.get("sensitivity")
     findings = [f for r in results for f in r.findings]
     passed = not any(fails_certificate(f.kind) for f in findings)
     overrides = dict(overrides or {})
-    if sensitivity is None and sensitivity_skipped is None:
-        sensitivity_skipped = UNAVAILABLE
     return {
         "verdict": "pass" if passed else "fail",
         "passed": passed,
@@ -207,7 +164,7 @@ def certificate(
         "checks": [_check_row(r) for r in results],
         "coverage": _merge_coverage(results),
         "sensitivity": sensitivity,
-        "sensitivity_skipped": None if sensitivity is not None else sensitivity_skipped,
+        "sensitivity_skipped": None if sensitivity is not None else "--no-sensitivity was given",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
