@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from verification.commands import certify, check, fuzz, fuzz_op, mutate
-from verification.commands.options import remove_new_outputs
+from verification.commands.options import forget_new_outputs, remove_new_outputs
 from verification.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 
 # Subcommand -> (adds its parser, runs it on the parsed arguments and the argv).
@@ -82,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A child of an isolated run: Ctrl-C is its parent's to report (it ends this child),
         # so that the user sees one line, not one per process.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    forget_new_outputs()
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command][1](args, argv)

@@ -137,6 +137,11 @@ def writable_dir(path: Path | None, option: str) -> None:
         _NEW_OUTPUTS.append(made[0])
 
 
+def forget_new_outputs() -> None:
+    """Starts a command with nothing to remove (main may run several in one process)."""
+    _NEW_OUTPUTS.clear()
+
+
 def remove_new_outputs() -> None:
     """Removes what the output directories checked by :func:`writable_dir` became, where the
     command created them; called when it fails by a usage error or an interrupt."""
