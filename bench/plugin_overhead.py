@@ -3,7 +3,7 @@
 Times whole ``pytest -q`` processes on a throwaway one-test project, with the plugin (loaded
 through its ``pytest11`` entry point, as an install loads it) and with ``-p no:bcg``, in
 paired runs whose order alternates; writes ``results/plugin_overhead.json`` with the medians
-and the median paired difference (target: at most 0.2 s). This checkout's code is the one
+and the median paired difference, in wall-clock and in CPU seconds (target: at most 0.2 s). This checkout's code is the one
 measured (it goes first on ``PYTHONPATH``); where the package is not installed, a
 ``.dist-info`` with the same entry point stands in for the install. Run from the repository
 root: ``python3 -m bench.plugin_overhead [--pairs N]``.
@@ -16,6 +16,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,15 +41,20 @@ def _stand_in_install(where: Path) -> None:
     (info / "entry_points.txt").write_text("[pytest11]\nbcg = bcg_pytest_plugin\n")
 
 
-def _time(command: list[str], cwd: Path, env: dict[str, str]) -> float:
+def _time(command: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall-clock seconds of the whole process, and its CPU seconds (user + system): on a
+    loaded machine the wall clock is mostly waiting for a core, the CPU time what it cost."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(
             f"error: {' '.join(command)} exited {done.returncode}: {done.stdout[-500:]}"
         )
-    return elapsed
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu
 
 
 def measure(pairs: int) -> dict:
@@ -76,19 +82,27 @@ def measure(pairs: int) -> dict:
             a, b = _time(first, project, env), _time(second, project, env)
             on.append(a if first is with_plugin else b)
             off.append(b if first is with_plugin else a)
-    differences = [x - y for x, y in zip(on, off)]
-    overhead = statistics.median(differences)
+    wall = statistics.median(x[0] - y[0] for x, y in zip(on, off))
+    cpu = statistics.median(x[1] - y[1] for x, y in zip(on, off))
     return {
         "what": "pytest -q on a one-test project: with the bcg plugin vs -p no:bcg",
         "pairs": pairs,
         "installed": installed,
-        "with_plugin_median_s": round(statistics.median(on), 4),
-        "without_plugin_median_s": round(statistics.median(off), 4),
-        "overhead_median_s": round(overhead, 4),
+        "with_plugin_median_s": round(statistics.median(t for t, _ in on), 4),
+        "without_plugin_median_s": round(statistics.median(t for t, _ in off), 4),
+        "overhead_median_s": round(wall, 4),
+        "with_plugin_cpu_median_s": round(statistics.median(c for _, c in on), 4),
+        "without_plugin_cpu_median_s": round(statistics.median(c for _, c in off), 4),
+        "overhead_cpu_median_s": round(cpu, 4),
         "target_s": TARGET_S,
-        "met": overhead <= TARGET_S,
-        "with_plugin_s": [round(t, 4) for t in on],
-        "without_plugin_s": [round(t, 4) for t in off],
+        # Both: the wall clock is what a user waits, the CPU time what the plugin costs when
+        # other processes crowd the machine (the wall clock is then mostly queueing).
+        "met_wall": wall <= TARGET_S,
+        "met_cpu": cpu <= TARGET_S,
+        "with_plugin_s": [round(t, 4) for t, _ in on],
+        "without_plugin_s": [round(t, 4) for t, _ in off],
+        "with_plugin_cpu_s": [round(c, 4) for _, c in on],
+        "without_plugin_cpu_s": [round(c, 4) for _, c in off],
         "python": platform.python_version(),
         "host": platform.node(),
         "cpus": os.cpu_count(),
@@ -110,13 +124,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--pairs must be at least 1, got {args.pairs}")
     result = measure(args.pairs)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    verdict = "met" if result["met"] else "MISSED"
+
+    def verdict(met: bool) -> str:
+        return "met" if met else "MISSED"
+
     print(
-        f"plugin overhead: {result['overhead_median_s']:+.3f} s median over {args.pairs} pairs "
+        f"plugin overhead, median of {args.pairs} pairs: wall {result['overhead_median_s']:+.3f} s "
         f"({result['with_plugin_median_s']:.3f} s with, {result['without_plugin_median_s']:.3f} s "
-        f"without; target <= {TARGET_S} s: {verdict}); written to {args.out}"
+        f"without; {verdict(result['met_wall'])}), CPU {result['overhead_cpu_median_s']:+.3f} s "
+        f"({verdict(result['met_cpu'])}); target <= {TARGET_S} s; load average "
+        f"{result['load_average']}; written to {args.out}"
     )
-    return 0 if result["met"] else 1
+    return 0 if result["met_wall"] and result["met_cpu"] else 1
 
 
 if __name__ == "__main__":
