@@ -5,7 +5,8 @@ by value. The runner keeps eager semantics for the caller's tensors: every run o
 from the caller's values, an input ``fn`` writes is written back to the caller's tensor after
 each call, and an output that is an input (or a view of one) is returned as the caller's tensor
 (or the same view of it); other outputs are static tensors the runner owns, the same objects on
-every call of a signature.
+every call of a signature. With graphs disabled it runs ``fn`` eagerly on the same buffers each
+call and copies the results into the same output objects.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def input_signature(tree: Any) -> Hashable:
     return (type(tree), tree)
 
 
-def static_copy(tensor: torch.Tensor) -> torch.Tensor:
+def _static_copy(tensor: torch.Tensor) -> torch.Tensor:
     """The runner's buffer for ``tensor``: its values, laid out with its very strides, so that
     a view ``fn`` returns of the buffer maps onto the same view of the caller's tensor.
 
@@ -88,10 +89,12 @@ class BreakableGraphRunner:
     warm-up's writes never reach the result, and after every call each input ``fn`` wrote holds
     what eager would have left in it: the runner copies its buffer back into the caller's
     tensor, for the inputs written and only those. Writes are found by torch's version
-    counters, at the capture and at each replay (eager breaks may write at replay), so a write
-    torch does not see (a custom kernel writing through a raw pointer) is not copied back.
-    torch's cudagraph trees instead skip graphs for a function that mutates its inputs; writing
-    back keeps the graphs and costs one copy per written input per call.
+    counters, at the capture and at each replay (an eager break may write at replay only):
+    they cost nothing and cannot go stale as a declared list of written inputs could, but a
+    write torch does not see (a custom kernel writing through a raw pointer) is not copied back.
+    torch's cudagraph trees instead skip graphs for a function that mutates an input coming from
+    eager (parameters, buffers and their own earlier outputs excepted); writing back is as exact
+    as eager and keeps the graphs, at one copy per written input per call.
 
     An output that is an input is returned as the caller's tensor, and one that views an input
     as the same view of the caller's tensor, as eager returns them (a view of an input whose
@@ -159,7 +162,7 @@ class BreakableGraphRunner:
         inputs: list[torch.Tensor],
         eager: bool,
     ) -> _Entry:
-        static_inputs = map_tensors((args, kwargs), static_copy)
+        static_inputs = map_tensors((args, kwargs), _static_copy)
         static = tensor_leaves(static_inputs)
         run = self._run_on(static_inputs)
         stream = torch.cuda.Stream()
@@ -245,7 +248,8 @@ def _caller_view(out: torch.Tensor, buffer: torch.Tensor, caller: torch.Tensor) 
     if out is buffer:
         return caller
     if out.dtype != caller.dtype or buffer.stride() != caller.stride():
-        return out  # a buffer of another layout (static_copy): no view of caller matches
+        # A buffer of another layout (_static_copy): no view of the caller's tensor matches.
+        return out
     offset = caller.storage_offset() + out.storage_offset() - buffer.storage_offset()
     return caller.as_strided(out.shape, out.stride(), offset)
 
