@@ -260,9 +260,14 @@ def _outputs_for(entry: _Entry, inputs: list[torch.Tensor]) -> Any:
         return entry.outputs
     static = tensor_leaves(entry.static_inputs)
     position = itertools.count()
+    views: dict[int, torch.Tensor] = {}  # one view per output object, as eager returns one
 
     def returned(out: torch.Tensor) -> torch.Tensor:
         source = entry.aliases.get(next(position))
-        return out if source is None else _caller_view(out, static[source], inputs[source])
+        if source is None:
+            return out
+        if id(out) not in views:
+            views[id(out)] = _caller_view(out, static[source], inputs[source])
+        return views[id(out)]
 
     return map_tensors(entry.outputs, returned)

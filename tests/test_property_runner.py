@@ -80,6 +80,7 @@ EAGER_SEMANTICS_BUGS = {
     "runner_capture_write_twice": "graphs on, call 'first': the caller's t0 afterwards",
     "runner_warmup_write_twice_eager": "graphs disabled, call 'first': the caller's t0",
     "runner_alias_output_copied": "output 0 has memory of its own, where eager's is t0 itself",
+    "runner_alias_view_per_output": "output 4 views t0 (shape (8, 4), strides (1, 8), 0 bytes in), where eager's is output 1 itself",
     "runner_signature_ignores_values": "call 'new shift': output",
 }
 

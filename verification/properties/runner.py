@@ -121,7 +121,9 @@ def _fixed(
 # (the ``ci`` profile's few examples) may draw no program that writes its inputs.
 FIXED_PROGRAMS = (
     # Issue 25's function, and more: x.add_(y) (an input written), its transpose (a view of
-    # an input), x * x (memory of its own), torch.add(x*x, x*x, out=y) (an out= into an input).
+    # an input), x * x (memory of its own), torch.add(x*x, x*x, out=y) (an out= into an
+    # input), and the transpose negated in place (an input written through a view; returned
+    # twice, as one object).
     _fixed(
         2,
         (4, 8),
@@ -130,8 +132,9 @@ FIXED_PROGRAMS = (
             Step("matrix_transpose", (2,), (), False),
             Step("mul", (2, 2), (), False),
             Step("add_out", (4, 4, 1), (), False),
+            Step("neg_", (3,), (), False),
         ],
-        (2, 3, 4, 5),
+        (2, 3, 4, 5, 6),
     ),
     # An eager break that writes its input at capture: the first replay must not see that.
     _fixed(
@@ -227,13 +230,19 @@ def named_tensors(arguments: Arguments) -> list[tuple[str, torch.Tensor]]:
 Relation = tuple[Any, ...]
 
 
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    storage = a.untyped_storage()
+    # Empty tensors may all report address 0: they share nothing.
+    return storage.nbytes() > 0 and storage.data_ptr() == b.untyped_storage().data_ptr()
+
+
 def _relation(out: torch.Tensor, others: list[tuple[str, torch.Tensor]]) -> Relation:
-    """How ``out`` shares memory with the first of ``others`` it shares any with."""
-    storage = out.untyped_storage()
+    """``out`` is the first of ``others`` it is, else views the first it shares memory with."""
     for name, other in others:
         if out is other:
             return ("is", name)
-        if storage.nbytes() and storage.data_ptr() == other.untyped_storage().data_ptr():
+    for name, other in others:
+        if _shares(out, other):
             offset = out.storage_offset() * out.element_size()
             start = other.storage_offset() * other.element_size()
             return ("views", name, tuple(out.shape), out.stride(), offset - start)
@@ -336,12 +345,9 @@ def _sequence_problem(program: Program, config: CheckConfig, graphs: bool) -> st
                 "run and a capture"
             )
         # Outputs that share no memory with the caller's tensors are the runner's own, kept
-        # per signature (inputs come first among the relations, so these name none).
-        own = [
-            k
-            for k, relation in enumerate(aliasing(expected, named_tensors(eager_side)))
-            if relation[0] == "own" or relation[1].startswith("output ")
-        ]
+        # per signature.
+        inputs = [x for _, x in named_tensors(eager_side)]
+        own = [k for k, out in enumerate(expected) if not any(_shares(out, x) for x in inputs)]
         if call.repeats is not None:
             if ran != (0 if graphs else 1):
                 return f"{where}: a repeated signature ran the function {ran} times"
