@@ -2,21 +2,22 @@
 replays, with results equal to eager, and leaves the caller's tensors as eager leaves them.
 
 Only targets whose module has a ``BreakableGraphRunner`` are checked (others are reported
-not applicable). A program drawn by the fuzzer's generator (in-place and ``out=`` ops on its
-inputs, outputs that are inputs, views of inputs or of each other) is wrapped in a function of
-its inputs plus a tensor ``extra``, a number ``scale`` and a number ``shift`` with a default,
-and the runner is called with repeated and new signatures (the tensors of the call before
-passed again, inputs at another storage offset, the default given, another shift, scale,
-dtype, shape or strides of ``extra``, inputs by keyword). Each call gets fresh tensors, and
-eager runs the function on an identical set. After each call the caller's tensors must equal
-eager's, every output must share memory as eager's does (be the caller's input, the same view
-of it, the same view of another output, or memory of its own), and the results must equal
-eager; a new signature must run the function again (warm-up and capture), a repeated one must
-not run it at all and must return the very objects of its first call for outputs that are not
-the caller's tensors; ``debug=True`` must stay silent; the caller's stream must be current
-after each call; every capture must allocate in the runner's pool. With graphs disabled the
-same holds, and each repeated call runs the function once. A fixed scenario checks that
-``debug=True`` reports a moved static output and that without it nothing is checked.
+not applicable). Two fixed programs (issue 25's function among them), then programs drawn by
+the fuzzer's generator (in-place and ``out=`` ops on their inputs, outputs that are inputs,
+views of inputs or of each other), are each wrapped in a function of its inputs plus a tensor
+``extra``, a number ``scale`` and a number ``shift`` with a default, and the runner is called
+with repeated and new signatures (the tensors of the call before passed again, inputs at
+another storage offset, the default given, another shift, scale, dtype, shape or strides of
+``extra``, inputs by keyword). Every other call gets fresh tensors, and eager runs the function
+on an identical set. After each call the caller's tensors must equal eager's, every output
+must share memory as eager's does (be the caller's input, the same view of it, the same view
+of another output, or memory of its own), and the results must equal eager; a new signature
+must run the function again (warm-up and capture), a repeated one must not run it at all and
+must return the very objects of its first call for outputs that are not the caller's tensors;
+``debug=True`` must stay silent; the caller's stream must be current after each call; every
+capture must allocate in the runner's pool. With graphs disabled the same holds, and each
+repeated call runs the function once. A fixed scenario checks that ``debug=True`` reports a
+moved static output and that without it nothing is checked.
 
 Another fixed scenario, run first, checks the arguments as documented: ``fn`` by position or
 by keyword, options only by keyword. A new signature runs the function exactly ``warmup + 1``
