@@ -8,7 +8,7 @@ views of inputs or of each other), are each wrapped in a function of its inputs 
 ``extra``, a number ``scale`` and a number ``shift`` with a default, and the runner is called
 with repeated and new signatures (the tensors of the call before passed again, inputs at
 another storage offset, the default given, another shift, scale, dtype, shape or strides of
-``extra``, inputs by keyword). Every other call gets fresh tensors, and eager runs the function
+``extra``, inputs by keyword). All other calls get fresh tensors, and eager runs the function
 on an identical set. After each call the caller's tensors must equal eager's, every output
 must share memory as eager's does (be the caller's input, the same view of it, the same view
 of another output, or memory of its own), and the results must equal eager; a new signature
