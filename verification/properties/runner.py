@@ -80,7 +80,7 @@ class Call:
     dtype: torch.dtype = torch.float32
     shape: tuple[int, ...] = (4,)
     strided: bool = False  # ``extra`` every other element of a wider tensor
-    offset: bool = False  # the program's inputs one element into their storage
+    offset: bool = False  # the program's inputs OFFSET_BYTES into their storage
     by_keyword: bool = False
     again: bool = False  # the previous call's tensors, as it left them
     repeats: str | None = None  # the label of the earlier call with the same signature
@@ -216,10 +216,16 @@ class Wrapped:
         return tuple(inputs), kwargs
 
 
+# Bytes before an input "at an offset": as aligned as a fresh allocation, since the rounding
+# of some kernels (a CPU dot product, say) depends on the alignment of their operands.
+OFFSET_BYTES = 1024
+
+
 def _at_offset(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor``'s values one element into a storage of its own (same strides, new offset)."""
-    storage = torch.empty(tensor.numel() + 1, dtype=tensor.dtype, device=tensor.device)
-    return storage[1:].view(tensor.shape).copy_(tensor)
+    """``tensor``'s values OFFSET_BYTES into a storage of its own (same strides, new offset)."""
+    pad = OFFSET_BYTES // tensor.element_size()
+    storage = torch.empty(tensor.numel() + pad, dtype=tensor.dtype, device=tensor.device)
+    return storage[pad:].view(tensor.shape).copy_(tensor)
 
 
 def named_tensors(arguments: Arguments) -> list[tuple[str, torch.Tensor]]:
