@@ -142,7 +142,8 @@ class BreakableGraphRunner:
             if eager:
                 fresh, written = _tracking_writes(static, self._run_on(entry.static_inputs))
                 copy_result_back(
-                    getattr(self.fn, "__qualname__", repr(self.fn)), entry.outputs, fresh
+                    getattr(self.fn, "__qualname__", repr(self.fn)),
+                    *_writable_parts(entry.outputs, fresh),
                 )
             else:
                 _, written = _tracking_writes(static, entry.capture.replay)
@@ -211,6 +212,21 @@ def _copy_into(static: list[torch.Tensor], inputs: list[torch.Tensor]) -> None:
     for buffer, new in zip(static, inputs):
         if buffer.data_ptr() != new.data_ptr():
             buffer.copy_(new)
+
+
+def _writable_parts(outputs: Any, fresh: Any) -> tuple[Any, Any]:
+    """The outputs and ``fresh`` results, narrowed to one element along each dimension where an
+    output repeats one element (an ``expand``): torch refuses to write such a tensor whole."""
+    static, new = tensor_leaves(outputs), tensor_leaves(fresh)
+    if len(static) != len(new):
+        return outputs, fresh  # copy_result_back names the mismatch
+    narrowed = []
+    for old, result in zip(static, new):
+        for dim, (size, stride) in enumerate(zip(old.shape, old.stride())):
+            if stride == 0 and size > 1 and old.shape == result.shape:
+                old, result = old.narrow(dim, 0, 1), result.narrow(dim, 0, 1)
+        narrowed.append((old, result))
+    return [old for old, _ in narrowed], [result for _, result in narrowed]
 
 
 def _tracking_writes(static: list[torch.Tensor], run: Callable[[], Any]) -> tuple[Any, set[int]]:

@@ -190,3 +190,12 @@ def test_runner_finds_writes_under_inference_mode(bcg_device: str) -> None:
             x = torch.zeros(2, device=bcg_device)
             assert runner(x) is x
             assert torch.equal(x, torch.ones(2, device=bcg_device))
+
+
+def test_runner_with_graphs_disabled_refreshes_an_expanded_output(bcg_device: str) -> None:
+    # Found by the runner property (seed 3): torch refuses to copy into an expand whole.
+    runner = BreakableGraphRunner(lambda x: torch.exp(x).expand(2), enabled=False)
+    first = runner(torch.zeros((), device=bcg_device))
+    again = runner(torch.ones((), device=bcg_device))
+    assert again is first
+    assert torch.equal(again, torch.exp(torch.ones(2, device=bcg_device)))
