@@ -250,7 +250,7 @@ def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _input_aliases(outputs: list[torch.Tensor], static: list[torch.Tensor]) -> dict[int, int]:
-    aliases = {}
+    aliases: dict[int, int] = {}
     for out_index, out in enumerate(outputs):
         for in_index, buffer in enumerate(static):
             if _shares_memory(out, buffer):
