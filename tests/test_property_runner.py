@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests import planted_runner_targets
-from tests.planted_property_targets import BUGS
+from tests.program_metas import value_metas
 from tests.property_checks import CI_CYCLES, check, failing
-from verification.check_command import run_properties
-from verification.programs import value_metas
-from verification.properties.base import PropertyFinding
+from verification.certify.property_check import run_properties
+from verification.findings import Finding
+from verification.planted import runner_targets
+from verification.planted.property_targets import BUGS
+from verification.properties.base import property_finding
 from verification.properties.runner import FIXED_PROGRAMS, OPS
 from verification.targets import load_target
 
@@ -67,13 +68,16 @@ def test_planted_runner_bug_is_found(bug, bcg_kind, tmp_path):
 
 def test_target_without_a_runner_is_not_applicable_and_not_failed(bcg_kind):
     [result] = run_properties(
-        "runner", load_target("tests.vllm_minimal"), bcg_kind, settings.default.max_examples
+        "runner",
+        load_target("verification.planted.vllm_minimal"),
+        bcg_kind,
+        settings.default.max_examples,
     )
     assert result.not_applicable and "BreakableGraphRunner" in result.not_applicable
     assert not result.failed and not result.findings and result.examples == 0
 
 
-# Issue 25: each runner of tests/planted_runner_targets.py and what the finding must say.
+# Issue 25: each runner of tests/runner_targets.py and what the finding must say.
 EAGER_SEMANTICS_BUGS = {
     "runner_no_write_back": "graphs on, call 'first': the caller's t0 afterwards",
     "runner_warmup_write_twice": "graphs on, call 'first': the caller's t0 afterwards",
@@ -85,18 +89,18 @@ EAGER_SEMANTICS_BUGS = {
 }
 
 
-def _check_planted_runner(variant: str, kind: str, tmp_path: Path) -> list[PropertyFinding]:
+def _check_planted_runner(variant: str, kind: str, tmp_path: Path) -> list[Finding]:
     """As ``property_checks.check`` does for the other planted targets: in-process on the
     simulator, through the ``check`` command in a child process on a GPU."""
     if kind != "cuda":
-        target = load_target(planted_runner_targets.build(variant))
+        target = load_target(runner_targets.build(variant))
         [result] = run_properties(
             "runner", target, kind, settings.default.max_examples, cycles=CI_CYCLES
         )
         return failing(result.findings)
     module = tmp_path / f"planted_runner_{variant}.py"
     module.write_text(
-        "from tests.planted_runner_targets import build\n"
+        "from verification.planted.runner_targets import build\n"
         f"globals().update({{k: v for k, v in vars(build({variant!r})).items() "
         "if k != '__name__'})\n"
     )
@@ -105,17 +109,17 @@ def _check_planted_runner(variant: str, kind: str, tmp_path: Path) -> list[Prope
     command += ["--device", kind, "--examples", str(settings.default.max_examples)]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     lines = [line for line in done.stdout.splitlines() if line.startswith("FINDING ")]
-    return [PropertyFinding("runner", line.split(": ")[1], line, None) for line in lines]
+    return [property_finding("runner", line.split(": ")[1], line, None) for line in lines]
 
 
 def test_every_eager_semantics_bug_has_its_expected_finding():
-    assert set(EAGER_SEMANTICS_BUGS) == set(planted_runner_targets.BUGS)
+    assert set(EAGER_SEMANTICS_BUGS) == set(runner_targets.BUGS)
 
 
 @pytest.mark.parametrize("bug", EAGER_SEMANTICS_BUGS)
 def test_planted_eager_semantics_bug_is_found(bug, bcg_kind, tmp_path):
     findings = _check_planted_runner(bug, bcg_kind, tmp_path)
-    assert findings, planted_runner_targets.BUGS[bug][0]
+    assert findings, runner_targets.BUGS[bug][0]
     assert EAGER_SEMANTICS_BUGS[bug] in findings[0].message, findings[0].message
 
 

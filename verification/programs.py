@@ -424,16 +424,3 @@ def _with_static_buffers(
     renumbered = [Step(s.op, tuple(map(number, s.args)), s.params, s.brk) for s in steps]
     final_outputs = tuple(map(number, outputs))
     return Program((*inputs, *static), with_drops(renumbered, final_outputs), final_outputs)
-
-
-def value_metas(program: Program, ops: Sequence[OpSpec] | None = None) -> list[TensorMeta]:
-    """The meta of every value the program defines, inputs first."""
-    table = op_table(ops)
-    metas = list(program.inputs)
-    for step in program.steps:
-        spec = table[step.op]
-        out = spec.infer([metas[a] for a in step.args], step.kwargs)
-        if produces_value(spec):
-            assert isinstance(out, TensorMeta)
-            metas.append(out)
-    return metas

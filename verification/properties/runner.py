@@ -40,6 +40,7 @@ import torch
 from hypothesis import strategies as st
 
 from verification.execute import BreakLog, collector_paused, run_steps, step_callables
+from verification.findings import Finding
 from verification.ops.spec import Decorate, TensorMeta
 from verification.oracle import compare, program_tolerance
 from verification.programs import (
@@ -54,7 +55,7 @@ from verification.programs import (
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
-    PropertyFinding,
+    property_finding,
     search,
     timed,
 )
@@ -516,30 +517,30 @@ def check(config: CheckConfig) -> CheckResult:
     if runner_class(config) is None:
         return CheckResult(NAME, 0, 0.0, not_applicable=f"the target has no {RUNNER}")
 
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         # The arguments first: a runner that takes them otherwise than documented would show
         # up as a miscount on a drawn program, which names a symptom, not the argument.
         problem = arguments_problem(config)
         if problem is not None:
-            return 1, [PropertyFinding(NAME, "target-bug", problem)]
+            return 1, [property_finding(NAME, "target-bug", problem)]
 
         for program in FIXED_PROGRAMS:
             problem = runner_problem(program, config)
             if problem is not None:
-                return 2, [PropertyFinding(NAME, "target-bug", problem, program, config.seed)]
+                return 2, [property_finding(NAME, "target-bug", problem, program, config.seed)]
 
-        def body(program: Program) -> PropertyFinding | None:
+        def body(program: Program) -> Finding | None:
             problem = runner_problem(program, config)
             if problem is None:
                 return None
-            return PropertyFinding(NAME, "target-bug", problem, program, config.seed)
+            return property_finding(NAME, "target-bug", problem, program, config.seed)
 
         strategy = program_strategy(config)
         examples, found = search(config, strategy, body, max(1, config.examples // COST))
         if found is not None:
             return examples, [found]
         problem = debug_problem(config)
-        found = None if problem is None else PropertyFinding(NAME, "target-bug", problem)
+        found = None if problem is None else property_finding(NAME, "target-bug", problem)
         return examples + 2 + len(FIXED_PROGRAMS), [found] if found else []
 
     return timed(NAME, run)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from tests.planted_property_targets import _copy, _edited
+from verification.planted.property_targets import _copy, _edited
 
 _RUNNER = "runner"
 
@@ -99,5 +99,7 @@ def build(variant: str) -> SimpleNamespace:
         BreakableGraphRunner=lib.BreakableGraphRunner,
         BREAK_CONTRACT="returns",
         RELEASES_BREAK_ARGUMENTS=lib.RELEASES_BREAK_ARGUMENTS,
-        REPRODUCER_IMPORT=f"from tests.planted_runner_targets import build\ntarget = build({variant!r})",
+        REPRODUCER_IMPORT=(
+            f"from verification.planted.runner_targets import build\ntarget = build({variant!r})"
+        ),
     )
