@@ -105,9 +105,10 @@ def _side_stream_tables(side: dict[str, Any]) -> list[str]:
         f"Body: {setup['ops']} in-place one-kernel ops on {setup['numel']} floats; k breaks "
         "`y.add_(0.0)`; capture and replay inside `torch.cuda.stream(s)`, a fresh capture per "
         f"target, k and round; {setup['rounds']} interleaved rounds (rotated and reversed "
-        f"orders), each capture {setup['warmup']} warm-ups then {setup['n']} replays, each "
-        "`replay(); synchronize()`. Cells: median over rounds [min, max] of each round's "
-        "median. Correct (one replay equals eager): "
+        f"orders), each capture {setup['warmup']} warm-ups, then {setup['n']} pairs of synced "
+        "replays (`replay(); synchronize()`), the k = 0 capture and the k capture back to back; "
+        "added time is the median of the pairs' differences. Cells: median over rounds [min, "
+        "max] of each round's figure. Correct (one replay equals eager): "
         + ", ".join(f"{t} {'yes' if ok else 'NO'}" for t, ok in side["correct"].items())
         + ".",
         "",

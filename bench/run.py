@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
         help="k of the side-stream scenario (issue 23); none skips it",
     )
     p.add_argument("--side-rounds", type=int, default=4, help="side-stream scenario rounds")
-    p.add_argument("--side-n", type=int, default=200, help="timed replays per capture there")
+    p.add_argument("--side-n", type=int, default=100, help="timed replay pairs per capture there")
     p.add_argument("--side-warmup", type=int, default=20, help="warm-up replays per capture there")
     p.add_argument(
         "--side-unprimed",

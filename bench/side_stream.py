@@ -4,11 +4,14 @@ The setup of issue 23, as an independent benchmark ran it: one side stream ``s``
 in-place launches ``x.mul_(1.0001)`` on 1024 floats, with k breaks ``y.add_(0.0)`` (through each
 implementation's break) after op ``round((i + 1) * 256 / (k + 1))``; capture and replay inside
 ``with torch.cuda.stream(s):``, with a fresh capture (no pool given) per target, k and round.
-Each timed replay is ``replay(); synchronize()``; beside it are the CPU time of a replay's
-launches without a sync and the CPU time of each ``cudaGraphLaunch`` (graph segments replayed
-one by one, and on a GPU ``torch.profiler``'s figure). Rounds interleave the targets in rotated
-and reversed orders, and every figure is kept per round, so a machine-wide state that moves all
-launches shows as a spread over rounds (min, median, max), not as one target's cost.
+Each timed replay is ``replay(); synchronize()``. The time k breaks add is the median of paired
+differences: each target's k = 0 capture and its k capture replayed back to back, pair after
+pair, the targets' order rotated each time, so drift moves both halves of a pair and every target
+alike. Beside it are the CPU time of a replay's launches without a sync and the CPU time of each
+``cudaGraphLaunch`` (graph segments replayed one by one, and on a GPU ``torch.profiler``'s
+figure). Rounds interleave the targets in rotated and reversed orders, and every figure is kept
+per round, so a machine-wide state that moves all launches shows as a spread over rounds (min,
+median, max), not as one target's cost.
 
 On the H200 a process runs every graph's kernels about 0.18 us slower each (218 -> 264 us for a
 256-kernel graph, clocks unchanged) from its first capture with a break, whichever implementation
@@ -287,7 +290,7 @@ def run(
     breaks: tuple[int, ...] = BREAKS,
     rounds: int = 4,
     warmup: int = 20,
-    n: int = 200,
+    n: int = 100,
     targets: tuple[str, ...] = ("minimal", "peer", "library"),
     profile_gpu: bool = False,
     builders: dict[str, Callable[..., Captured]] | None = None,
