@@ -18,7 +18,8 @@ from typing import Any
 import torch
 
 from bench import micro, report, side_stream, targets, transformer
-from verification.devices import UsageError, device_context, resolve_device
+from verification.devices import device_context, resolve_device
+from verification.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = {
