@@ -76,12 +76,19 @@ def op_table(ops: Sequence[OpSpec] | None = None) -> dict[str, OpSpec]:
     and the out-buffer forms derived from them."""
     if ops is None:
         return dict(_default_table())
-    return {spec.name: spec for spec in with_out_buffer_forms(ops)}
+    return dict(_table_of(tuple(ops)))
 
 
 @functools.cache
 def _default_table() -> dict[str, OpSpec]:
-    return {spec.name: spec for spec in with_out_buffer_forms(default_ops())}
+    return _table_of(default_ops())
+
+
+# Checks call op_table for every example with the same few catalogs; deriving the out-buffer
+# forms each time cost more than the lookup it serves (issue 20).
+@functools.lru_cache(maxsize=16)
+def _table_of(ops: tuple[OpSpec, ...]) -> dict[str, OpSpec]:
+    return {spec.name: spec for spec in with_out_buffer_forms(ops)}
 
 
 def produces_value(spec: OpSpec) -> bool:
