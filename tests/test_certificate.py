@@ -40,13 +40,16 @@ def two_planted(tmp_path, monkeypatch):
         "        'no_bug': ('clean, must be missed', 'threads', None)}\n"
         "def build(bug):\n    return _build(None if bug == 'no_bug' else bug)\n"
     )
+    (tmp_path / "no_runner_bugs.py").write_text("BUGS = {}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sensitivity, "RUNNER_MODULE", "no_runner_bugs")
     monkeypatch.setattr(sensitivity, "FUZZ_MODULES", ("two_planted",))
     monkeypatch.setattr(sensitivity, "PROPERTY_MODULE", "two_planted_properties")
     monkeypatch.setattr(sensitivity, "FUZZ_EXAMPLES", 10)
     yield
     sys.modules.pop("two_planted", None)
     sys.modules.pop("two_planted_properties", None)
+    sys.modules.pop("no_runner_bugs", None)
 
 
 def test_sensitivity_counts_found_and_missed_planted_bugs(bcg_kind, two_planted):
@@ -85,7 +88,7 @@ def test_sensitivity_keeps_the_planted_targets_empty_graph_warnings_to_itself(
 
 def test_the_planted_targets_ship_with_the_package():
     # certify from a non-editable install measures sensitivity: nothing it runs is in tests/.
-    modules = (*sensitivity.FUZZ_MODULES, sensitivity.PROPERTY_MODULE)
+    modules = (*sensitivity.FUZZ_MODULES, sensitivity.PROPERTY_MODULE, sensitivity.RUNNER_MODULE)
     assert all(name.startswith("verification.planted.") for name in modules)
 
 

@@ -5,7 +5,7 @@ count the hits.
 Fuzz targets (``targets``, ``vllm_minimal``: ``BUGS`` and ``build(bug)``) run the differential
 campaign with up to :data:`FUZZ_EXAMPLES` examples each (it stops at the first finding);
 property targets (``property_targets``: ``BUGS`` maps each bug to the property that must find
-it) run that property with the ``ci`` budget the suite proves each is found within. The planted
+it; ``runner_targets``: each for the runner property) run that property with the ``ci`` budget the suite proves each is found within. The planted
 targets ship with the package, so this measures from any install.
 """
 
@@ -29,6 +29,8 @@ from verification.fuzz import CampaignConfig, run_campaign
 
 FUZZ_MODULES = ("verification.planted.targets", "verification.planted.vllm_minimal")
 PROPERTY_MODULE = "verification.planted.property_targets"
+# The runner's planted bugs (issue 25), each for the runner property.
+RUNNER_MODULE = "verification.planted.runner_targets"
 # A cap, not a cost: a campaign stops at its first finding. tests/test_planted_bugs.py: at 25
 # examples nested_break_recorded_twice was missed for seeds 0-3 (and on the H200), while
 # seeds 0-3 found it within 52-185 examples; 400 leaves twice that margin.
@@ -59,6 +61,10 @@ def planted_targets() -> list[Planted]:
     found += [
         Planted(f"{PROPERTY_MODULE}:{bug}", prop, PROPERTY_MODULE, bug)
         for bug, (_, prop, _) in module.BUGS.items()
+    ]
+    module = importlib.import_module(RUNNER_MODULE)
+    found += [
+        Planted(f"{RUNNER_MODULE}:{bug}", "runner", RUNNER_MODULE, bug) for bug in module.BUGS
     ]
     return found
 
