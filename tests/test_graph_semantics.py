@@ -785,7 +785,7 @@ def test_joining_two_separate_captures_raises_merge(bcg_device):
         with pytest.raises(RuntimeError):
             g2.capture_end()
     # Issue 26: CUDA fails both sequences, so capture 1 cannot end either.
-    with torch.cuda.stream(s1), pytest.raises(RuntimeError, match=PREVIOUS_ERROR):
+    with torch.cuda.stream(s1), pytest.raises(RuntimeError):
         g1.capture_end()
     torch.cuda.synchronize()
     del y, z

@@ -5,7 +5,8 @@ runs on host views of them (:mod:`bridge`): outside capture it executes and its 
 outputs move into blocks of the default pool; on a capturing stream it is recorded instead:
 views (metadata only) execute, writes are deferred to replay, fresh outputs get poisoned
 blocks of the capture's pool, and capture-illegal ops (host syncs, data-dependent shapes)
-raise and invalidate. Host-device copies follow :mod:`transfers`.
+raise and invalidate; once a capture is invalidated, every later launch into it raises.
+Host-device copies follow :mod:`transfers`.
 """
 
 from __future__ import annotations
