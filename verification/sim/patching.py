@@ -1,9 +1,10 @@
 """``simulated_cuda()``: installs the simulated ``torch.cuda`` surface and the dispatch mode.
 
 Entries are refcounted across threads: the outermost entry opens a session and patches
-``torch.cuda`` (and the submodules the names live in), ``torch.Tensor`` and thread
-start-up; the matching exit restores every original, also after an exception. Each
-thread that enters, or starts while the simulator is active, pushes its own dispatch mode.
+``torch.cuda`` (and the submodules the names live in), ``torch.Tensor``, the entry points of
+``torch.autograd`` and thread start-up, and makes CUDA torch's accelerator; the matching exit
+restores every original, also after an exception. Each thread that enters, or starts while
+the simulator is active, pushes its own dispatch mode.
 """
 
 from __future__ import annotations
