@@ -52,7 +52,7 @@ def add_parser(commands: argparse._SubParsersAction, common: Callable[..., None]
         "--contract-examples",
         type=int,
         default=5,
-        help="drawn calls per contract check (0 skips the checks)",
+        help="drawn calls per contract check (at least 1)",
     )
     parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
@@ -159,8 +159,6 @@ def contract_violations(
     users: Sequence[UserOp], target: Target, kind: str, examples: int, seed: int
 ) -> dict[str, list[Violation]]:
     """Each op's broken contract parts: the checks of :mod:`verification.opcontract`."""
-    if examples <= 0:
-        return {u.loaded.ref: _return_under(u, target) for u in users}
     with device_context(kind) as device:
         return {
             u.loaded.ref: _return_under(u, target) + diagnose(u.loaded, device, examples, seed)
@@ -169,6 +167,11 @@ def contract_violations(
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.contract_examples < 1:
+        raise UsageError(
+            f"--contract-examples {args.contract_examples}: need at least 1; the contract "
+            f"checks cannot be skipped"
+        )
     kind = resolve_device(args.device)
     if args.contract is not None:
         get_contract(args.contract)

@@ -8,6 +8,7 @@ exits non-zero while the bug is present and prints a pass line once it is fixed.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -82,6 +83,7 @@ def main():
     for replay in range(REPLAYS):
         seed = SEED + 1 + replay
         fresh = make_inputs(seed)
+        define_breaks()  # the reference shares no state with the captured run's breaks
         seed_rng(seed)
         expected = program(*[x.clone() for x in fresh])
         CALLS.clear()
@@ -121,7 +123,17 @@ def _break_definitions(program: Program, table: dict[str, OpSpec]) -> list[str]:
                 f"# step {index}: {spec.name}, run as an eager break\n"
                 f"@logged_break({index})\ndef step_{index}({signature}):\n    {result}{body}\n"
             )
-    return blocks
+    if not blocks:
+        return ["def define_breaks():\n    pass\n\n\ndefine_breaks()\n"]
+    names = ", ".join(f"step_{i}" for i, s in enumerate(program.steps) if s.brk)
+    # A function, as the fuzzer builds each run's break callables afresh: the eager
+    # reference then runs on breaks of its own, never on the module state of the captured
+    # run's (an op that freezes a host value at capture is caught that way).
+    body = textwrap.indent("\n\n".join(b.strip("\n") for b in blocks), "    ")
+    return [
+        f'def define_breaks():\n    """Defines each break step anew."""\n    global {names}\n'
+        f"{body}\n\n\ndefine_breaks()\n"
+    ]
 
 
 def _program_function(program: Program, table: dict[str, OpSpec]) -> str:
