@@ -11,17 +11,29 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import importlib.util
 import shlex
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import torch
 
 from verification.cli_support import campaign_config as shared_campaign_config
 from verification.cli_support import print_findings, writable_dir
 from verification.contracts import get_contract
 from verification.devices import UsageError, device_context, resolve_device
+from verification.execute import (
+    BreakLog,
+    CapturedProgram,
+    run_eager,
+    run_steps,
+    seed_rng,
+    step_callables,
+)
 from verification.fuzz import CampaignConfig, run_campaign, run_isolated
-from verification.opcontract import Violation, diagnose
+from verification.opcontract import Case, Violation, diagnose, recheck
 from verification.opprograms import (
     POSITIONS,
     UserOp,
@@ -30,9 +42,11 @@ from verification.opprograms import (
     op_programs,
     user_op,
 )
+from verification.ops.spec import TensorMeta
 from verification.opspec import TensorArg, load_spec
-from verification.programs import Program
-from verification.targets import Target, load_target
+from verification.oracle import Finding, compare, program_tolerance
+from verification.programs import Program, make_inputs, op_table
+from verification.targets import DEFAULT_TARGET, Target, load_target
 
 DEFAULT_MAX_OPS, DEFAULT_MAX_BREAKS = 4, 2
 
@@ -140,6 +154,103 @@ def campaign_config(
     return config, coverage
 
 
+def _ideal_replay_mismatch(
+    program: Program, table: dict, seed: int, replays: int, device: str, kind: str
+) -> str | None:
+    """Replays ``program`` as a perfect capture would, by running it eagerly again on the
+    static buffers with the same break callables (so the same op module state), and
+    compares each replay with a fresh eager reference: a difference is the op's alone."""
+    tol = program_tolerance(program, table)
+    callables = step_callables(program, table, lambda fn: fn, BreakLog())
+    static = [x.clone() for x in make_inputs(program, seed, device)]
+    for _ in range(2):  # the warm-up call, then the capture's
+        seed_rng(seed, kind)
+        run_steps(program, table, callables, static)
+    for replay in range(replays):
+        replay_seed = seed + 1 + replay
+        fresh = make_inputs(program, replay_seed, device)
+        expected = run_eager(program, table, fresh, replay_seed, kind)
+        for buffer, value in zip(static, fresh):
+            buffer.copy_(value)
+        seed_rng(replay_seed, kind)
+        outputs = run_steps(program, table, callables, static)
+        for index, (actual, want) in enumerate(zip(outputs, expected)):
+            problem = compare(actual, want, tol)
+            if problem is not None:
+                return f"replay {replay}, output {index}: {problem}"
+    return None
+
+
+def _raised_in_op(
+    program: Program,
+    table: dict,
+    target: Target,
+    seed: int,
+    replays: int,
+    device: str,
+    kind: str,
+    files: set[Path],
+) -> str | None:
+    """Captures and replays ``program`` again; an exception whose innermost frame (torch
+    and the simulator aside) is in a user op's module is the op's."""
+    where = "at capture"
+    try:
+        captured = CapturedProgram(
+            program, table, target, make_inputs(program, seed, device), seed, kind
+        )
+        for replay in range(replays):
+            where = f"at replay {replay}"
+            captured.replay(make_inputs(program, seed + 1 + replay, device), seed + 1 + replay)
+    except Exception as error:
+        skipped = (Path(torch.__file__).parent, Path(__file__).parent / "sim")
+        frames = [
+            Path(f.filename).resolve()
+            for f in traceback.extract_tb(error.__traceback__)
+            if not any(Path(f.filename).resolve().is_relative_to(d) for d in skipped)
+        ]
+        if frames and frames[-1] in files:
+            text = str(error).strip().splitlines()
+            raised = f"{type(error).__name__}: {text[0] if text else ''}"
+            if where == "at capture":
+                return (
+                    f"the op raised {raised} at capture, where it runs on buffers no kernel "
+                    f"has filled yet (capture-time garbage): treat values it reads there as "
+                    f"untrusted (clamp indices, skip what is out of range) and never raise"
+                )
+            return f"the op raised {raised} {where}"
+    return None
+
+
+def op_fault(
+    finding: Finding, users: Sequence[UserOp], target: Target, kind: str, replays: int
+) -> str | None:
+    """Why a campaign finding is the user op's fault and not the target's, or None.
+
+    A mismatch that a perfect capture (running the program again eagerly, keeping the op's
+    module state) shows too comes from state the op keeps across calls; an exception raised
+    inside the op's own code is the op's.
+    """
+    program = finding.program
+    names = {op.name for u in users for op in (u.direct, u.nested)}
+    if not any(step.op in names for step in program.steps):
+        return None
+    table = op_table(op_catalog(users))
+    files = {Path(u.loaded.path).resolve() for u in users if u.loaded.path is not None}
+    with device_context(kind) as device:
+        if finding.violation == "mismatch":
+            seen = _ideal_replay_mismatch(program, table, finding.seed, replays, device, kind)
+            if seen is not None:
+                return (
+                    "the op keeps state across calls: a program run again eagerly with the "
+                    "same op (as a perfect capture replays it) already differs from a first "
+                    f"run ({seen}). It freezes a host value or stashes a tensor at its first "
+                    "call, the capture; read inputs afresh on every call"
+                )
+        if finding.violation == "exception":
+            return _raised_in_op(program, table, target, finding.seed, replays, device, kind, files)
+    return None
+
+
 def _return_under(user: UserOp, target: Target) -> list[Violation]:
     """A declared fresh return, when the target's contract never refreshes returns."""
     if not isinstance(user.spec.returns, TensorArg) or target.contract.refreshes_returns:
@@ -153,6 +264,67 @@ def _return_under(user: UserOp, target: Target) -> list[Violation]:
             f"the result into a caller-provided buffer declared in writes=.",
         )
     ]
+
+
+def recheck_violation(
+    ref: str,
+    part: str,
+    case: Case | None,
+    kind: str,
+    target: str = DEFAULT_TARGET,
+    contract: str | None = None,
+) -> Violation | None:
+    """Checks one contract part of the op ``ref`` again: on the drawn ``case`` it broke on,
+    or (no case) against the target's contract. A contract reproducer calls this."""
+    user = user_op(load_spec(ref))
+    if case is None:
+        found = _return_under(user, load_target(target, contract))
+        return next((v for v in found if v.part == part), None)
+    with device_context(resolve_device(kind)) as device:
+        return recheck(user.loaded, part, case, device)
+
+
+def _case_source(case: Case) -> str:
+    metas = ", ".join(f"TensorMeta({tuple(m.shape)!r}, {m.dtype})" for m in case.metas)
+    return (
+        f"Case(\n    binding={case.binding!r},\n    metas=({metas},),\n"
+        f"    params={case.params!r},\n    seed={case.seed},\n)"
+    )
+
+
+def render_contract_reproducer(
+    ref: str, violation: Violation, kind: str, command: str, target: Target
+) -> str:
+    """A standalone script that checks the broken part of ``ref``'s contract again (on the
+    call it broke on) and exits non-zero while it is still broken."""
+    summary = violation.line().replace('"""', "'")
+    case = "None" if violation.case is None else _case_source(violation.case)
+    module = ref.partition(":")[0]
+    root = str(Path.cwd())
+    try:
+        found = importlib.util.find_spec(module)
+        if found is not None and found.origin is not None:
+            root = str(Path(found.origin).resolve().parents[module.count(".")])
+    except (ImportError, ValueError):
+        pass
+    return (
+        f'"""Reproducer for an op finding in op {ref} ({kind}): contract part '
+        f"{violation.part!r} broken.\n\n{summary}\nFuzzer command: {command}\n"
+        'Exits non-zero while the bug is present.\n"""\n\n'
+        "import sys\n\nimport torch\n\n"
+        f"if {root!r} not in sys.path:\n    sys.path.insert(0, {root!r})  # the op's module\n\n"
+        f"from {Case.__module__} import Case  # noqa: E402\n"
+        f"from {TensorMeta.__module__} import TensorMeta  # noqa: E402\n"
+        f"from {__name__} import recheck_violation  # noqa: E402\n\n"
+        f"CASE = {case}\n\n\n"
+        "def main():\n"
+        f"    violation = recheck_violation(\n        {ref!r}, {violation.part!r}, CASE, "
+        f"{kind!r}, {target.name!r}, {target.contract.name!r}\n    )\n"
+        "    if violation is not None:\n"
+        '        sys.exit(f"contract part {violation.part} broken: {violation.message}")\n'
+        '    print("reproducer passed: the op keeps this part of its contract")\n\n\n'
+        'if __name__ == "__main__":\n    main()\n'
+    )
 
 
 def contract_violations(

@@ -10,6 +10,7 @@ that break a concurrent ``global``-mode capture. Every check is one entry of :da
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import math
 from collections.abc import Callable, Iterator
@@ -30,19 +31,6 @@ from verification.programs import input_expr
 
 
 @dataclass(frozen=True)
-class Violation:
-    """One broken part of an op's contract; ``message`` says how, and what to do instead."""
-
-    part: str
-    message: str
-    # The op raised rather than broke the part: another part's finding may explain it.
-    raised: bool = False
-
-    def line(self) -> str:
-        return f"{self.part}: {self.message}"
-
-
-@dataclass(frozen=True)
 class Case:
     """Concrete sizes, argument metas and params for one call of the op."""
 
@@ -50,6 +38,21 @@ class Case:
     metas: tuple[TensorMeta, ...]
     params: dict[str, Any]
     seed: int
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken part of an op's contract; ``message`` says how, and what to do instead."""
+
+    part: str
+    message: str
+    # The op raised rather than broke the part: another part's finding may explain it.
+    raised: bool = False
+    # The drawn call it broke on, which :func:`recheck` runs again (a reproducer does).
+    case: Case | None = None
+
+    def line(self) -> str:
+        return f"{self.part}: {self.message}"
 
 
 @st.composite
@@ -557,7 +560,7 @@ def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) 
                     raised=True,
                 )
             if violation is not None:
-                found[part] = violation
+                found[part] = dataclasses.replace(violation, case=case)
 
     run()
     if UNJOINED in found:
@@ -573,3 +576,12 @@ def _describe(case: Case) -> str:
     dims = ", ".join(f"{k}={v}" for k, v in case.binding.items())
     params = ", ".join(f"{k}={v!r}" for k, v in case.params.items())
     return "; ".join(p for p in (dims, params) if p) or "no dims"
+
+
+def recheck(loaded: LoadedSpec, part: str, case: Case, device: str) -> Violation | None:
+    """Runs the check of ``part`` again on ``case``: what a violation's reproducer does."""
+    check = dict(CHECKS)["declared writes" if part == "masked writes" else part]
+    try:
+        return check(loaded, case, device)
+    except Exception as error:
+        return Violation(part, f"the op raised {_first_line(error)}", raised=True, case=case)

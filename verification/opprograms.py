@@ -30,7 +30,15 @@ from verification.opspec import (
     resolve_bound,
     resolve_shape,
 )
-from verification.programs import Program, Step, default_ops, op_table, programs, with_drops
+from verification.programs import (
+    Program,
+    Step,
+    default_ops,
+    op_table,
+    produces_value,
+    programs,
+    with_drops,
+)
 
 POSITIONS = ("first", "last", "adjacent", "nested", "middle")
 # make_inputs draws signed integers from [-8, 8): 16 distinct values before any producer.
@@ -478,3 +486,30 @@ def break_positions(program: Program, user_op_names: set[str]) -> list[set[str]]
             where.add("middle")
         found.append(where)
     return found
+
+
+def value_names(program: Program, users: Sequence[UserOp]) -> dict[int, str]:
+    """What each program value is, in the spec's words, for values a user op wrote or
+    returned and those computed from them: findings name ``'kv_cache'``, not value 4."""
+    by_op = {op.name: user for user in users for op in (user.direct, user.nested)}
+    table = op_table(op_catalog(users))
+    names: dict[int, str] = {}
+    value = len(program.inputs)
+    for index, step in enumerate(program.steps):
+        user = by_op.get(step.op)
+        if user is not None:
+            spec = user.spec
+            for position, arg in enumerate(step.args):
+                name = list(spec.args)[position]
+                if name in spec.written:
+                    names[arg] = f"argument {name!r} of {spec.op_name} (step {index})"
+        if not produces_value(table[step.op]):
+            continue
+        if user is not None:
+            names[value] = f"the tensor {user.spec.op_name} returns (step {index})"
+        else:
+            sources = [names[a] for a in step.args if a in names]
+            if sources:
+                names[value] = f"computed from {sources[0].split(' (step')[0]}"
+        value += 1
+    return names
