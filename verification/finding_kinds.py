@@ -23,6 +23,7 @@ class FindingKind:
 TARGET_BUG = "target-bug"
 OP_CONTRACT = "op-contract"
 HARNESS_ERROR = "harness-error"
+OP_BUG = "op-bug"
 
 FINDING_KINDS: dict[str, FindingKind] = {}
 
@@ -48,6 +49,12 @@ register_finding_kind(
     False,
     "a break in the program broke the contract the target is judged by "
     "(under out-buffer: later steps read a fresh tensor the break returned)",
+)
+register_finding_kind(
+    OP_BUG,
+    True,
+    "a user's break op under test (fuzz-op, certify --ops) broke its declared contract or "
+    "kept state across calls; it fails the certificate that goes with the op",
 )
 register_finding_kind(
     HARNESS_ERROR, False, "the harness itself failed (generator, eager reference or a check)"

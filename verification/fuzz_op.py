@@ -32,7 +32,14 @@ from verification.execute import (
     seed_rng,
     step_callables,
 )
-from verification.fuzz import CampaignConfig, run_campaign, run_isolated
+from verification.finding_kinds import OP_BUG, OP_CONTRACT
+from verification.fuzz import (
+    CampaignConfig,
+    CampaignResult,
+    report_findings,
+    run_campaign,
+    run_isolated,
+)
 from verification.opcontract import Case, Violation, diagnose, recheck
 from verification.opprograms import (
     POSITIONS,
@@ -41,11 +48,13 @@ from verification.opprograms import (
     op_catalog,
     op_programs,
     user_op,
+    value_names,
 )
 from verification.ops.spec import TensorMeta
 from verification.opspec import TensorArg, load_spec
 from verification.oracle import Finding, compare, program_tolerance
 from verification.programs import Program, make_inputs, op_table
+from verification.report import write_reproducer
 from verification.targets import DEFAULT_TARGET, Target, load_target
 
 DEFAULT_MAX_OPS, DEFAULT_MAX_BREAKS = 4, 2
@@ -131,7 +140,8 @@ def command_line(args: argparse.Namespace, target: Target, kind: str) -> str:
     return (
         f"python -m verification fuzz-op {' '.join(shlex.quote(s) for s in args.specs)} "
         f"--target {target.name} --contract {target.contract.name} --device {kind} --seed {args.seed} --examples {args.examples} "
-        f"--max-ops {args.max_ops} --max-breaks {args.max_breaks} --replays {args.replays}"
+        f"--max-ops {args.max_ops} --max-breaks {args.max_breaks} --replays {args.replays} "
+        f"--contract-examples {getattr(args, 'contract_examples', 5)}"
     )
 
 
@@ -251,6 +261,51 @@ def op_fault(
     return None
 
 
+def name_arguments(finding: Finding, users: Sequence[UserOp]) -> Finding:
+    """``finding`` with the output it concerns named as the spec names it."""
+    if finding.index is None or finding.program is None:
+        return finding
+    value = finding.program.outputs[finding.index]
+    name = value_names(finding.program, users).get(value)
+    old = f"output {finding.index} (value {value})"
+    if name is None or old not in finding.message:
+        return finding
+    new = f"output {finding.index} (value {value}: {name})"
+    return dataclasses.replace(finding, message=finding.message.replace(old, new, 1))
+
+
+def settle_findings(
+    result: CampaignResult,
+    config: CampaignConfig,
+    users: Sequence[UserOp],
+    target: Target,
+    kind: str,
+) -> None:
+    """Names outputs by the spec's arguments and blames the user's op for what is its fault
+    (an ``op-bug``, never a target bug), then renders the reproducers again to match."""
+    if not result.findings:
+        return
+    settled = []
+    for finding in result.findings:
+        finding = name_arguments(finding, users)
+        names = {op.name for u in users for op in (u.direct, u.nested)}
+        calls = [s.op for s in finding.program.steps if s.op in names] if finding.program else []
+        reason = op_fault(finding, users, target, kind, config.replays)
+        if reason is None and finding.kind == OP_CONTRACT and calls:
+            reason = "the op broke the contract the target is judged by"
+        if reason is not None:
+            refs = sorted(
+                {u.loaded.ref for u in users if {u.direct.name, u.nested.name} & set(calls)}
+            )
+            message = f"op {', '.join(refs)}: {reason}. Seen as: {finding.message}"
+            finding = dataclasses.replace(finding, kind=OP_BUG, message=message)
+        settled.append(finding)
+    result.findings[:] = settled
+    result.reproducers.clear()
+    result.reproducer_paths.clear()
+    report_findings(result, config, target)
+
+
 def _return_under(user: UserOp, target: Target) -> list[Violation]:
     """A declared fresh return, when the target's contract never refreshes returns."""
     if not isinstance(user.spec.returns, TensorArg) or target.contract.refreshes_returns:
@@ -358,14 +413,33 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             print_findings(crashed)
         return status
     violations = contract_violations(users, target, kind, args.contract_examples, args.seed)
+    written: list[Path] = []
     for ref, found in violations.items():
         print(f"contract of {ref}: {'BROKEN' if found else 'kept'} ({len(found)} violations)")
         for violation in found:
             print(f"  CONTRACT {violation.line()}")
+    for ref, found in violations.items():
+        for violation in found:
+            text = render_contract_reproducer(
+                ref, violation, kind, config.command(target.name, kind), target
+            )
+            print(f"FINDING [{OP_BUG}] contract {violation.line()}")
+            print("---- reproducer ----")
+            print(text)
+            print("--------------------")
+            if args.report is not None:
+                name = f"contract_{len(written)}_{violation.part.replace(' ', '_')}"
+                written.append(write_reproducer(args.report, name, text))
     result = run_campaign(config)
+    settle_findings(result, config, users, target, kind)
     print_findings(result)
+    for path in written:
+        print(f"reproducer written to {path}")
     for line in coverage.lines():
         print(line)
     broken = sum(len(v) for v in violations.values())
-    print(f"{result.summary_line().replace('fuzz:', 'fuzz-op:', 1)}, {broken} contract violations")
-    return 1 if broken or result.findings else 0
+    total = broken + len(result.findings)
+    summary = result.summary_line().replace("fuzz:", "fuzz-op:", 1)
+    summary = summary.replace(f" {len(result.findings)} findings,", f" {total} findings,", 1)
+    print(f"{summary}, {broken} of them contract violations")
+    return 1 if total else 0
