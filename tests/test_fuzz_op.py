@@ -144,20 +144,23 @@ def test_bad_op_spec_is_one_error_line_and_exit_2(capsys, ref, says):
     assert not captured.out
 
 
-def test_certify_with_ops_lists_the_op_its_coverage_and_its_broken_contract(bcg_kind, tmp_path):
+def test_certify_with_a_faulty_op_fails_naming_the_op_and_the_part(bcg_kind, tmp_path):
     out = tmp_path / "cert"
     ref = "tests.faulty_ops:FRESH_RETURN"
     argv = ["certify", "--device", bcg_kind, "--examples", "3", "--no-sensitivity"]
     argv += ["--ops", ref, "--out", str(out)]
-    # An op breaking its own contract is explained, not held against the target.
-    assert main(argv) == 0
+    # The certificate goes with the op's pull request too: a broken op fails it.
+    assert main(argv) == 1
     cert = json.loads((out / "certificate.json").read_text())
     (ops,) = [c for c in cert["checks"] if c["name"] == "ops"]
-    assert ops["verdict"] == "explained" and ops["examples"] >= 1
+    assert ops["verdict"] == "fail" and ops["examples"] >= 1
     assert any("fresh tensor" in f["message"] for f in ops["findings"])
     coverage = cert["coverage"]["registered_ops"]
     assert coverage[f"{ref} programs_with_op"] == coverage[f"{ref} programs"] >= 1
-    assert f"{ref} nested" in coverage and ref in (out / "certificate.md").read_text()
+    text = (out / "certificate.md").read_text()
+    assert "# Certificate for `breakable_cudagraph`: FAIL" in text
+    assert f"**op-bug** declared writes: op {ref}: it returns a fresh tensor" in text
+    assert f"{ref} nested" in coverage
 
 
 def test_certify_with_an_op_that_does_not_import_is_one_error_line(capsys, tmp_path):

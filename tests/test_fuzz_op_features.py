@@ -191,3 +191,57 @@ def test_contract_examples_below_one_is_a_usage_error(capsys, count):
     assert main([*argv, "--contract-examples", count]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "--contract-examples" in lines[0] and "at least 1" in lines[0]
+
+
+def test_certify_with_a_stashing_op_fails_naming_the_op_and_the_part(bcg_kind, tmp_path):
+    ref = "tests.faulty_ops:STASHED_TENSOR"
+    argv = ["certify", "--device", bcg_kind, "--examples", "5", "--no-sensitivity"]
+    assert main([*argv, "--ops", ref, "--out", str(tmp_path)]) == 1
+    text = (tmp_path / "certificate.md").read_text()
+    assert "`breakable_cudagraph`: FAIL" in text
+    assert f"**op-bug** no state across calls: op {ref}: it stashes a tensor" in text
+    assert "target-bug" not in text
+
+
+def test_fuzz_op_blames_the_op_for_state_it_keeps_and_writes_every_reproducer(bcg_kind, tmp_path):
+    ref = "tests.faulty_ops:STASHED_TENSOR"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verification",
+            "fuzz-op",
+            ref,
+            "--device",
+            bcg_kind,
+            "--examples",
+            "20",
+            "--no-isolate",
+            "--report",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "[target-bug]" not in done.stdout and "FINDING [op-bug] mismatch" in done.stdout
+    assert "argument 'out' of stashed_scale" in done.stdout  # named as the spec names it
+    last = done.stdout.strip().splitlines()[-1]
+    assert " 2 findings," in last and "1 of them contract violations" in last, last
+    scripts = sorted(p.name for p in tmp_path.glob("*.py"))
+    assert scripts == ["contract_0_no_state_across_calls.py", "finding_0_mismatch.py"], scripts
+    for script in scripts:
+        text = (tmp_path / script).read_text()
+        assert f"Fuzzer command: python -m verification fuzz-op {ref} " in text
+        rerun = subprocess.run(
+            [sys.executable, str(tmp_path / script)],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert rerun.returncode != 0, (script, rerun.stdout, rerun.stderr)

@@ -1,8 +1,9 @@
 """The ``ops`` check of ``certify --ops MODULE:SPEC``: each registered break op, fuzzed.
 
 For the ops named with ``--ops`` it runs what ``fuzz-op`` runs: the contract diagnosis,
-then a campaign whose every program calls the ops, and reports contract violations as
-``op-contract`` findings and the calls per break position as coverage.
+then a campaign whose every program calls the ops, and reports contract violations and
+campaign findings that are the op's fault as ``op-bug`` findings, which fail the
+certificate (it goes with the op's pull request), and the calls per break position as coverage.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import time
 
 from verification.checks import CertifyRun, CheckResult
-from verification.finding_kinds import OP_CONTRACT
+from verification.finding_kinds import OP_BUG
 from verification.fuzz import run_campaign
 from verification.fuzz_op import (
     DEFAULT_MAX_BREAKS,
@@ -19,6 +20,8 @@ from verification.fuzz_op import (
     campaign_config,
     contract_violations,
     load_user_ops,
+    render_contract_reproducer,
+    settle_findings,
 )
 from verification.oracle import Finding
 from verification.programs import Program
@@ -44,17 +47,23 @@ def ops_check(run: CertifyRun) -> CheckResult:
         replays=config.replays,
         report=config.report_dir,
         program_file=None,
+        contract_examples=CONTRACT_EXAMPLES,
     )
     op_config, coverage = campaign_config(args, users, run.target, run.device)
     violations = contract_violations(users, run.target, run.device, CONTRACT_EXAMPLES, config.seed)
     findings = [
-        Finding(
-            "contract", f"{ref}: {v.line()}", Program((), (), ()), config.seed, kind=OP_CONTRACT
-        )  # type: ignore[arg-type]
+        Finding(v.part, f"op {ref}: {v.message}", Program((), (), ()), config.seed, kind=OP_BUG)  # type: ignore[arg-type]
+        for ref, found in violations.items()
+        for v in found
+    ]
+    command = op_config.command(run.target.name, run.device)
+    reproducers = [
+        render_contract_reproducer(ref, v, run.device, command, run.target)
         for ref, found in violations.items()
         for v in found
     ]
     result = run_campaign(op_config, progress=run.progress)
+    settle_findings(result, op_config, users, run.target, run.device)
     counts = {
         f"{ref} {key}": value
         for ref, per_op in coverage.as_dict().items()
@@ -66,5 +75,5 @@ def ops_check(run: CertifyRun) -> CheckResult:
         time.perf_counter() - start,
         findings + list(result.findings),
         {"registered_ops": counts},
-        list(result.reproducers),
+        reproducers + list(result.reproducers),
     )
