@@ -181,8 +181,14 @@ def render_reproducer(
     import_code = target.import_code or f"import {target.name} as target"
     # One line: exception texts can span many and must not end the docstring.
     summary = finding.summary().splitlines()[0].replace('"""', "'")
+    # A finding that blames a user's break op (fuzz-op) names the op, run by the target.
+    culprit = (
+        f"in a user's break op run by target {target.name}"
+        if finding.kind == "op-bug"
+        else f"in target {target.name}"
+    )
     header = (
-        f'"""Reproducer for a {finding.violation} finding ({finding.kind}) in target {target.name} ({device_kind}).\n\n'
+        f'"""Reproducer for a {finding.violation} finding ({finding.kind}) {culprit} ({device_kind}).\n\n'
         f"{summary}\nFuzzer command: {command}\nExits non-zero while the bug is present.\n"
         '"""\n\nimport functools\n\nimport torch\n\n'
     )
