@@ -50,6 +50,11 @@ def test_masked_write_message_names_the_argument_and_where(bcg_device):
     assert "'out' outside the elements its partial= mask allows" in violation.message
 
 
+def test_undeclared_write_message_says_later_segments_read_the_modified_value(bcg_device):
+    (violation,) = diagnose(load_spec("tests.faulty_ops:WRITES_UNDECLARED"), bcg_device)
+    assert "read the modified 'x'" in violation.message and "as it was" not in violation.message
+
+
 DTYPES = [
     torch.int8,
     torch.uint8,
