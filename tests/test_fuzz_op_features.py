@@ -250,3 +250,36 @@ def test_fuzz_op_blames_the_op_for_state_it_keeps_and_writes_every_reproducer(bc
             timeout=300,
         )
         assert rerun.returncode != 0, (script, rerun.stdout, rerun.stderr)
+
+
+def test_a_target_bug_under_a_correct_op_stays_a_target_bug(bcg_kind, tmp_path):
+    # The blame must not swing the other way: a perfect re-run of the program with the same
+    # op agrees with eager, so the mismatch is the target's (breaks replay on clones).
+    (tmp_path / "frozen_args_target.py").write_text(
+        "from tests.planted_targets import build\n"
+        "globals().update({k: v for k, v in vars(build('args_frozen')).items() "
+        "if k != '__name__'})\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verification",
+            "fuzz-op",
+            "examples.masked_compaction:SPEC",
+            "--target",
+            "frozen_args_target",
+            "--device",
+            bcg_kind,
+            "--examples",
+            "30",
+            "--no-isolate",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "FINDING [target-bug]" in done.stdout and "[op-bug]" not in done.stdout
