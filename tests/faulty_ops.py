@@ -239,3 +239,13 @@ FAULTY_FEATURES: dict[str, str] = {
     "NEEDS_UNIQUE": "unique indices",
 }
 FAULTY.update(FAULTY_FEATURES)
+
+
+def gather_trusting(x: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
+    # Trusts its indices at capture too, where they are garbage: an IndexError there (on a
+    # GPU a device-side assert, so it is planted for the simulator only).
+    out.copy_(x[positions])
+
+
+# Keeps every part of the contract checked on its own; the campaign finds it at capture.
+TRUSTS_CAPTURE_VALUES = _gather_spec(gather_trusting)

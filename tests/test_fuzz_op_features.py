@@ -283,3 +283,28 @@ def test_a_target_bug_under_a_correct_op_stays_a_target_bug(bcg_kind, tmp_path):
     )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert "FINDING [target-bug]" in done.stdout and "[op-bug]" not in done.stdout
+
+
+@pytest.mark.sim
+def test_an_op_raising_on_capture_time_values_is_an_op_bug(tmp_path):
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verification",
+            "fuzz-op",
+            "tests.faulty_ops:TRUSTS_CAPTURE_VALUES",
+            "--device",
+            "sim",
+            "--examples",
+            "40",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "FINDING [op-bug] exception" in done.stdout, done.stdout[-3000:]
+    assert "capture-time garbage" in done.stdout and "[target-bug]" not in done.stdout
