@@ -5,7 +5,6 @@ every malformed spec one line and exit 2."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -16,12 +15,12 @@ import torch
 
 from tests.faulty_ops import CLEAN_FEATURES, FAULTY_FEATURES
 from verification.cli import main
-from verification.fuzz import run_campaign
-from verification.fuzz_op import campaign_config, load_user_ops
-from verification.opcontract import Case, check_declared_writes, diagnose, materialize
+from verification.fuzz import CampaignConfig, run_campaign
 from verification.ops.spec import TensorMeta
-from verification.opspec import BreakOpSpec, LoadedSpec, TensorArg, load_spec
 from verification.targets import load_target
+from verification.userops.campaign import load_user_ops, op_campaign
+from verification.userops.contract import Case, check_declared_writes, diagnose, materialize
+from verification.userops.spec import BreakOpSpec, LoadedSpec, TensorArg, load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.parametrize("name", list(FAULTY_FEATURES))
 def test_each_new_feature_has_a_planted_fault_named_for_its_own_part(bcg_device, name):
     violations = diagnose(load_spec(f"tests.faulty_ops:{name}"), bcg_device)
-    assert [v.part for v in violations] == [FAULTY_FEATURES[name]], [v.line() for v in violations]
+    assert [v.violation for v in violations] == [FAULTY_FEATURES[name]], [
+        f"{v.violation}: {v.message}" for v in violations
+    ]
 
 
 @pytest.mark.parametrize(
@@ -42,7 +43,7 @@ def test_each_new_feature_has_a_planted_fault_named_for_its_own_part(bcg_device,
 )
 def test_correct_ops_using_each_feature_keep_their_contract(bcg_device, ref):
     violations = diagnose(load_spec(ref), bcg_device, examples=10)
-    assert not violations, [v.line() for v in violations]
+    assert not violations, [f"{v.violation}: {v.message}" for v in violations]
 
 
 def test_masked_write_message_names_the_argument_and_where(bcg_device):
@@ -119,21 +120,11 @@ def test_drawn_indices_meet_dim_expressions_uniqueness_and_sentinels():
 
 
 def _campaign(ref: str, kind: str, report: Path | None = None, examples: int = 30):
-    args = argparse.Namespace(
-        specs=[ref],
-        target="breakable_cudagraph",
-        contract=None,
-        device=kind,
-        examples=examples,
-        seed=0,
-        max_ops=4,
-        max_breaks=2,
-        replays=3,
-        report=report,
-        program_file=None,
+    target = load_target("breakable_cudagraph")
+    base = CampaignConfig(
+        target, kind, examples=examples, max_ops=4, max_breaks=2, report_dir=report
     )
-    users = load_user_ops([ref])
-    config, _ = campaign_config(args, users, load_target("breakable_cudagraph"), kind)
+    config, _ = op_campaign(base, [ref], load_user_ops([ref]), target, kind)
     return run_campaign(config)
 
 
@@ -256,7 +247,7 @@ def test_a_target_bug_under_a_correct_op_stays_a_target_bug(bcg_kind, tmp_path):
     # The blame must not swing the other way: a perfect re-run of the program with the same
     # op agrees with eager, so the mismatch is the target's (breaks replay on clones).
     (tmp_path / "frozen_args_target.py").write_text(
-        "from tests.planted_targets import build\n"
+        "from verification.planted.targets import build\n"
         "globals().update({k: v for k, v in vars(build('args_frozen')).items() "
         "if k != '__name__'})\n"
     )

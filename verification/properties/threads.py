@@ -22,12 +22,13 @@ import torch
 from hypothesis import strategies as st
 
 from verification.execute import collector_paused
+from verification.findings import Finding
 from verification.programs import Program, default_ops
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
-    PropertyFinding,
     program_strategy,
+    property_finding,
     search,
     timed,
 )
@@ -328,12 +329,12 @@ def check(config: CheckConfig) -> CheckResult:
     ops = [spec for spec in default_ops() if not spec.rng]
     modes = modes_of(config.target)
 
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         problem = foreign_add_eager_problem(config)
         if problem is not None:
-            return 1, [PropertyFinding(NAME, "target-bug", problem)]
+            return 1, [property_finding(NAME, "target-bug", problem)]
 
-        def body(drawn: tuple[Program, list[Program], int, int, int]) -> PropertyFinding | None:
+        def body(drawn: tuple[Program, list[Program], int, int, int]) -> Finding | None:
             program, programs, at, others, mode_index = drawn
             mode = modes[mode_index % len(modes)]
             scenario: tuple[tuple[str, Any], ...] = (("mode", mode), ("at", at))
@@ -345,7 +346,7 @@ def check(config: CheckConfig) -> CheckResult:
             if problem is None:
                 return None
             message = f"capture_error_mode={mode}: {problem}"
-            return PropertyFinding(NAME, "target-bug", message, program, config.seed, scenario)
+            return property_finding(NAME, "target-bug", message, program, config.seed, scenario)
 
         strategy = st.tuples(
             program_strategy(config, ops=ops),

@@ -2,57 +2,43 @@
 
 For the ops named with ``--ops`` it runs what ``fuzz-op`` runs: the contract diagnosis,
 then a campaign whose every program calls the ops, and reports contract violations and
-campaign findings that are the op's fault as ``op-bug`` findings, which fail the
-certificate (it goes with the op's pull request), and the calls per break position as coverage.
+campaign findings that are an op's fault as ``op-bug`` findings, which fail the certificate
+(it goes with the op's pull request), and the calls per break position as coverage.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import time
 
-from verification.checks import CertifyRun, CheckResult
-from verification.finding_kinds import OP_BUG
+from verification.certify.run import CertifyRun, CheckResult
 from verification.fuzz import run_campaign
-from verification.fuzz_op import (
+from verification.userops.campaign import (
     DEFAULT_MAX_BREAKS,
     DEFAULT_MAX_OPS,
-    campaign_config,
     contract_violations,
-    load_user_ops,
+    op_campaign,
     render_contract_reproducer,
     settle_findings,
 )
-from verification.oracle import Finding
-from verification.programs import Program
 
 CONTRACT_EXAMPLES = 5
 
 
 def ops_check(run: CertifyRun) -> CheckResult:
-    """Diagnoses and fuzzes ``run.op_specs`` against ``run.target``, under its contract."""
+    """Diagnoses and fuzzes ``run.users`` against ``run.target``, under its contract."""
     start = time.perf_counter()
-    config = run.config
-    users = load_user_ops(run.op_specs)
     # Small base programs: the fuzz check covers big ones; here the op is what varies.
-    args = argparse.Namespace(
-        specs=list(run.op_specs),
-        target=config.target,
-        contract=config.contract,
-        device=config.device,
-        examples=config.examples,
-        seed=config.seed,
-        max_ops=DEFAULT_MAX_OPS,
-        max_breaks=DEFAULT_MAX_BREAKS,
-        replays=config.replays,
-        report=config.report_dir,
-        program_file=None,
-        contract_examples=CONTRACT_EXAMPLES,
+    base = dataclasses.replace(run.config, max_ops=DEFAULT_MAX_OPS, max_breaks=DEFAULT_MAX_BREAKS)
+    op_config, coverage = op_campaign(
+        base, run.op_specs, run.users, run.target, run.device, CONTRACT_EXAMPLES
     )
-    op_config, coverage = campaign_config(args, users, run.target, run.device)
-    violations = contract_violations(users, run.target, run.device, CONTRACT_EXAMPLES, config.seed)
+    violations = contract_violations(
+        run.users, run.target, run.device, CONTRACT_EXAMPLES, run.config.seed
+    )
+    # Each names its op: several ops may break the same part.
     findings = [
-        Finding(v.part, f"op {ref}: {v.message}", Program((), (), ()), config.seed, kind=OP_BUG)  # type: ignore[arg-type]
+        dataclasses.replace(v, message=f"op {ref}: {v.message}", seed=run.config.seed)
         for ref, found in violations.items()
         for v in found
     ]
@@ -63,7 +49,9 @@ def ops_check(run: CertifyRun) -> CheckResult:
         for v in found
     ]
     result = run_campaign(op_config, progress=run.progress)
-    settle_findings(result, op_config, users, run.target, run.device)
+    # A campaign finding that is the op's fault is an op-bug: the certificate goes with the
+    # op's pull request too, so it fails, naming the op.
+    settle_findings(result, op_config, run.users, run.target, run.device)
     counts = {
         f"{ref} {key}": value
         for ref, per_op in coverage.as_dict().items()

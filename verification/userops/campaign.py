@@ -1,29 +1,26 @@
-"""``python -m verification fuzz-op MODULE:SPEC ...``: fuzz a user's break op in captured programs.
+"""A user's break ops fuzzed in captured programs: what ``fuzz-op`` and ``certify --ops`` run.
 
-It checks each op against its declared contract (:mod:`verification.opcontract`), then
-runs a campaign whose every program calls the ops 1 to 3 times (:mod:`verification.opprograms`),
-and reports how often each op ran at each break position. Exit 0: clean; 1: a contract
-violation or a finding (with a reproducer that imports the user's module); 2: bad input.
+:func:`load_user_ops` loads the ``MODULE:SPEC`` refs, :func:`contract_violations` checks each
+op against its declared contract (:mod:`verification.userops.contract`), and
+:func:`op_campaign` turns a campaign into one whose every program calls the ops 1 to 3 times
+(:mod:`verification.userops.programs`), counting how often each ran at each break position.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import importlib.util
 import shlex
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from verification.cli_support import campaign_config as shared_campaign_config
-from verification.cli_support import print_findings, writable_dir
-from verification.contracts import get_contract
-from verification.devices import UsageError, device_context, resolve_device
+from verification.devices import device_context, resolve_device
+from verification.errors import UsageError
 from verification.execute import (
     BreakLog,
     CapturedProgram,
@@ -32,16 +29,14 @@ from verification.execute import (
     seed_rng,
     step_callables,
 )
-from verification.finding_kinds import OP_BUG, OP_CONTRACT
-from verification.fuzz import (
-    CampaignConfig,
-    CampaignResult,
-    report_findings,
-    run_campaign,
-    run_isolated,
-)
-from verification.opcontract import Case, Violation, diagnose, recheck
-from verification.opprograms import (
+from verification.findings import OP_BUG, OP_CONTRACT, Finding
+from verification.fuzz import CampaignConfig, CampaignResult, report_findings
+from verification.ops.spec import TensorMeta
+from verification.oracle import compare, program_tolerance
+from verification.programs import Program, make_inputs, op_table
+from verification.targets import DEFAULT_TARGET, Target, load_target
+from verification.userops.contract import Case, broken, case_of, diagnose, recheck
+from verification.userops.programs import (
     POSITIONS,
     UserOp,
     break_positions,
@@ -50,35 +45,12 @@ from verification.opprograms import (
     user_op,
     value_names,
 )
-from verification.ops.spec import TensorMeta
-from verification.opspec import TensorArg, load_spec
-from verification.oracle import Finding, compare, program_tolerance
-from verification.programs import Program, make_inputs, op_table
-from verification.report import write_reproducer
-from verification.targets import DEFAULT_TARGET, Target, load_target
+from verification.userops.spec import TensorArg, load_spec
 
+# Small base programs: the op is what varies.
 DEFAULT_MAX_OPS, DEFAULT_MAX_BREAKS = 4, 2
-
-
-def add_parser(commands: argparse._SubParsersAction, common: Callable[..., None]) -> None:
-    """Registers ``fuzz-op`` with the CLI's shared options (``common`` adds them)."""
-    parser = commands.add_parser(
-        "fuzz-op",
-        help="fuzz a break op of yours inside random captured programs",
-        description=__doc__,
-    )
-    parser.add_argument("specs", nargs="+", metavar="MODULE:SPEC", help="a BreakOpSpec")
-    common(parser, True)
-    parser.set_defaults(max_ops=DEFAULT_MAX_OPS, max_breaks=DEFAULT_MAX_BREAKS)
-    parser.add_argument("--report", type=Path, help="directory for reproducer scripts")
-    parser.add_argument(
-        "--contract-examples",
-        type=int,
-        default=5,
-        help="drawn calls per contract check (at least 1)",
-    )
-    parser.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
+# Drawn calls per contract check, unless a command says otherwise (at least 1).
+CONTRACT_EXAMPLES = 5
 
 
 def load_user_ops(refs: Sequence[str]) -> list[UserOp]:
@@ -135,31 +107,42 @@ class Coverage:
         }
 
 
-def command_line(args: argparse.Namespace, target: Target, kind: str) -> str:
+def command_line(
+    specs: Sequence[str],
+    config: CampaignConfig,
+    target: Target,
+    kind: str,
+    contract_examples: int = CONTRACT_EXAMPLES,
+) -> str:
     """The ``fuzz-op`` command that reruns this campaign (and so reproduces its finding)."""
     return (
-        f"python -m verification fuzz-op {' '.join(shlex.quote(s) for s in args.specs)} "
-        f"--target {target.name} --contract {target.contract.name} --device {kind} --seed {args.seed} --examples {args.examples} "
-        f"--max-ops {args.max_ops} --max-breaks {args.max_breaks} --replays {args.replays} "
-        f"--contract-examples {getattr(args, 'contract_examples', 5)}"
+        f"python -m verification fuzz-op {' '.join(shlex.quote(s) for s in specs)} "
+        f"--target {target.name} --contract {target.contract.name} --device {kind} "
+        f"--seed {config.seed} --examples {config.examples} --max-ops {config.max_ops} "
+        f"--max-breaks {config.max_breaks} --replays {config.replays} "
+        f"--contract-examples {contract_examples}"
     )
 
 
-def campaign_config(
-    args: argparse.Namespace, users: Sequence[UserOp], target: Target, kind: str
+def op_campaign(
+    base: CampaignConfig,
+    specs: Sequence[str],
+    users: Sequence[UserOp],
+    target: Target,
+    kind: str,
+    contract_examples: int = CONTRACT_EXAMPLES,
 ) -> tuple[CampaignConfig, Coverage]:
+    """``base`` (its sizes and budget) with programs that call ``users``, and the coverage
+    counter that sees each program; ``specs`` are the refs the reproducer's command names."""
     coverage = Coverage(users)
     config = dataclasses.replace(
-        shared_campaign_config(args, args.report),
+        base,
         ops=op_catalog(users),
         strategy=op_programs(
-            users,
-            max_ops=args.max_ops,
-            max_breaks=args.max_breaks,
-            contract=target.contract,
+            users, max_ops=base.max_ops, max_breaks=base.max_breaks, contract=target.contract
         ),
         observe=coverage.observe,
-        command_line=command_line(args, target, kind),
+        command_line=command_line(specs, base, target, kind, contract_examples),
     )
     return config, coverage
 
@@ -212,7 +195,8 @@ def _raised_in_op(
             where = f"at replay {replay}"
             captured.replay(make_inputs(program, seed + 1 + replay, device), seed + 1 + replay)
     except Exception as error:
-        skipped = (Path(torch.__file__).parent, Path(__file__).parent / "sim")
+        # The simulator raises on behalf of the code that called it: look past it too.
+        skipped = (Path(torch.__file__).parent, Path(__file__).resolve().parents[1] / "sim")
         frames = [
             Path(f.filename).resolve()
             for f in traceback.extract_tb(error.__traceback__)
@@ -242,6 +226,8 @@ def op_fault(
     """
     program = finding.program
     names = {op.name for u in users for op in (u.direct, u.nested)}
+    if program is None or finding.seed is None:
+        return None
     if not any(step.op in names for step in program.steps):
         return None
     table = op_table(op_catalog(users))
@@ -306,21 +292,6 @@ def settle_findings(
     report_findings(result, config, target)
 
 
-def _return_under(user: UserOp, target: Target) -> list[Violation]:
-    """A declared fresh return, when the target's contract never refreshes returns."""
-    if not isinstance(user.spec.returns, TensorArg) or target.contract.refreshes_returns:
-        return []
-    return [
-        Violation(
-            "declared return",
-            f"it returns a fresh tensor, and target {target.name} is judged by the "
-            f"{target.contract.name} contract, under which a returned tensor is never refreshed "
-            f"at replay: graph segments after the break would read capture-time values. Write "
-            f"the result into a caller-provided buffer declared in writes=.",
-        )
-    ]
-
-
 def recheck_violation(
     ref: str,
     part: str,
@@ -328,13 +299,13 @@ def recheck_violation(
     kind: str,
     target: str = DEFAULT_TARGET,
     contract: str | None = None,
-) -> Violation | None:
+) -> Finding | None:
     """Checks one contract part of the op ``ref`` again: on the drawn ``case`` it broke on,
     or (no case) against the target's contract. A contract reproducer calls this."""
     user = user_op(load_spec(ref))
     if case is None:
         found = _return_under(user, load_target(target, contract))
-        return next((v for v in found if v.part == part), None)
+        return next((v for v in found if v.violation == part), None)
     with device_context(resolve_device(kind)) as device:
         return recheck(user.loaded, part, case, device)
 
@@ -348,12 +319,13 @@ def _case_source(case: Case) -> str:
 
 
 def render_contract_reproducer(
-    ref: str, violation: Violation, kind: str, command: str, target: Target
+    ref: str, violation: Finding, kind: str, command: str, target: Target
 ) -> str:
     """A standalone script that checks the broken part of ``ref``'s contract again (on the
     call it broke on) and exits non-zero while it is still broken."""
-    summary = violation.line().replace('"""', "'")
-    case = "None" if violation.case is None else _case_source(violation.case)
+    summary = f"{violation.violation}: {violation.message}".replace('"""', "'")
+    drawn = case_of(violation)
+    case = "None" if drawn is None else _case_source(drawn)
     module = ref.partition(":")[0]
     root = str(Path.cwd())
     try:
@@ -364,7 +336,7 @@ def render_contract_reproducer(
         pass
     return (
         f'"""Reproducer for an op finding in op {ref} ({kind}): contract part '
-        f"{violation.part!r} broken.\n\n{summary}\nFuzzer command: {command}\n"
+        f"{violation.violation!r} broken.\n\n{summary}\nFuzzer command: {command}\n"
         'Exits non-zero while the bug is present.\n"""\n\n'
         "import sys\n\nimport torch\n\n"
         f"if {root!r} not in sys.path:\n    sys.path.insert(0, {root!r})  # the op's module\n\n"
@@ -373,73 +345,36 @@ def render_contract_reproducer(
         f"from {__name__} import recheck_violation  # noqa: E402\n\n"
         f"CASE = {case}\n\n\n"
         "def main():\n"
-        f"    violation = recheck_violation(\n        {ref!r}, {violation.part!r}, CASE, "
+        f"    violation = recheck_violation(\n        {ref!r}, {violation.violation!r}, CASE, "
         f"{kind!r}, {target.name!r}, {target.contract.name!r}\n    )\n"
         "    if violation is not None:\n"
-        '        sys.exit(f"contract part {violation.part} broken: {violation.message}")\n'
+        '        sys.exit(f"contract part {violation.violation} broken: {violation.message}")\n'
         '    print("reproducer passed: the op keeps this part of its contract")\n\n\n'
         'if __name__ == "__main__":\n    main()\n'
     )
 
 
+def _return_under(user: UserOp, target: Target) -> list[Finding]:
+    """A declared fresh return, when the target's contract never refreshes returns."""
+    if not isinstance(user.spec.returns, TensorArg) or target.contract.refreshes_returns:
+        return []
+    return [
+        broken(
+            "declared return",
+            f"it returns a fresh tensor, and target {target.name} is judged by the "
+            f"{target.contract.name} contract, under which a returned tensor is never refreshed "
+            f"at replay: graph segments after the break would read capture-time values. Write "
+            f"the result into a caller-provided buffer declared in writes=.",
+        )
+    ]
+
+
 def contract_violations(
     users: Sequence[UserOp], target: Target, kind: str, examples: int, seed: int
-) -> dict[str, list[Violation]]:
-    """Each op's broken contract parts: the checks of :mod:`verification.opcontract`."""
+) -> dict[str, list[Finding]]:
+    """Each op's broken contract parts: the checks of :mod:`verification.userops.contract`."""
     with device_context(kind) as device:
         return {
             u.loaded.ref: _return_under(u, target) + diagnose(u.loaded, device, examples, seed)
             for u in users
         }
-
-
-def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    if args.contract_examples < 1:
-        raise UsageError(
-            f"--contract-examples {args.contract_examples}: need at least 1; the contract "
-            f"checks cannot be skipped"
-        )
-    kind = resolve_device(args.device)
-    if args.contract is not None:
-        get_contract(args.contract)
-    target = load_target(args.target, args.contract)
-    users = load_user_ops(args.specs)
-    writable_dir(args.report, "--report")
-    config, coverage = campaign_config(args, users, target, kind)
-    isolate = args.isolate if args.isolate is not None else kind == "cuda"
-    if isolate:
-        status, crashed = run_isolated(list(argv), config)
-        if crashed is not None:
-            print_findings(crashed)
-        return status
-    violations = contract_violations(users, target, kind, args.contract_examples, args.seed)
-    written: list[Path] = []
-    for ref, found in violations.items():
-        print(f"contract of {ref}: {'BROKEN' if found else 'kept'} ({len(found)} violations)")
-        for violation in found:
-            print(f"  CONTRACT {violation.line()}")
-    for ref, found in violations.items():
-        for violation in found:
-            text = render_contract_reproducer(
-                ref, violation, kind, config.command(target.name, kind), target
-            )
-            print(f"FINDING [{OP_BUG}] contract {violation.line()}")
-            print("---- reproducer ----")
-            print(text)
-            print("--------------------")
-            if args.report is not None:
-                name = f"contract_{len(written)}_{violation.part.replace(' ', '_')}"
-                written.append(write_reproducer(args.report, name, text))
-    result = run_campaign(config)
-    settle_findings(result, config, users, target, kind)
-    print_findings(result)
-    for path in written:
-        print(f"reproducer written to {path}")
-    for line in coverage.lines():
-        print(line)
-    broken = sum(len(v) for v in violations.values())
-    total = broken + len(result.findings)
-    summary = result.summary_line().replace("fuzz:", "fuzz-op:", 1)
-    summary = summary.replace(f" {len(result.findings)} findings,", f" {total} findings,", 1)
-    print(f"{summary}, {broken} of them contract violations")
-    return 1 if total else 0

@@ -5,7 +5,7 @@ dtypes, inclusive value bounds that may be dim expressions such as ``"n-1"``, di
 values, a sentinel drawn with a probability), which arguments it overwrites, reads and
 updates, or writes only in part, its non-tensor parameters as hypothesis strategies, what
 it returns and a tolerance. :func:`load_spec` imports ``MODULE:SPEC`` and :func:`validate`
-rejects a spec that cannot work, both with a one-line :class:`~verification.devices.UsageError`.
+rejects a spec that cannot work, both with a one-line :class:`~verification.errors.UsageError`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.devices import UsageError
+from verification.errors import UsageError
 
 Dim = int | str
 # A number, or a dim expression: dim names, integers, + - * // and parentheses ("n-1").
@@ -460,7 +460,7 @@ def load_spec(ref: str) -> LoadedSpec:
     spec = getattr(module, attr)
     if not isinstance(spec, BreakOpSpec):
         raise UsageError(
-            f"op spec {ref!r} is a {type(spec).__name__}, not a verification.opspec.BreakOpSpec"
+            f"op spec {ref!r} is a {type(spec).__name__}, not a verification.userops.spec.BreakOpSpec"
         )
     validate(spec)
     return LoadedSpec(spec, module_name, attr, getattr(module, "__file__", None))

@@ -22,14 +22,6 @@ from hypothesis import strategies as st
 
 from verification.contracts import Contract
 from verification.ops.spec import OpSpec, Params, TensorMeta
-from verification.opspec import (
-    Binding,
-    BreakOpSpec,
-    LoadedSpec,
-    TensorArg,
-    resolve_bound,
-    resolve_shape,
-)
 from verification.programs import (
     Program,
     Step,
@@ -38,6 +30,14 @@ from verification.programs import (
     produces_value,
     programs,
     with_drops,
+)
+from verification.userops.spec import (
+    Binding,
+    BreakOpSpec,
+    LoadedSpec,
+    TensorArg,
+    resolve_bound,
+    resolve_shape,
 )
 
 POSITIONS = ("first", "last", "adjacent", "nested", "middle")

@@ -1,7 +1,7 @@
 """Checks a user's break op against the contract its :class:`BreakOpSpec` declares.
 
 :func:`diagnose` runs the op on its own, and beside an open capture, on inputs drawn from
-the spec, and returns one :class:`Violation` per part of the contract it broke, in plain
+the spec, and returns one :class:`~verification.findings.Finding` per part of the contract it broke, in plain
 words: declared writes (and masked writes), index bounds, duplicate indices, dependence on
 earlier calls (a frozen host value or a stashed tensor), unjoined side streams, and calls
 that break a concurrent ``global``-mode capture. Every check is one entry of :data:`CHECKS`.
@@ -23,11 +23,15 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from verification.opprograms import coin_meta, draw_metas, fit_steps
+from verification.findings import OP_BUG, Finding
 from verification.ops.spec import TensorMeta
-from verification.opspec import BreakOpSpec, LoadedSpec, TensorArg, resolve_bound
 from verification.oracle import Tolerance, compare
 from verification.programs import input_expr
+from verification.userops.programs import coin_meta, draw_metas, fit_steps
+from verification.userops.spec import BreakOpSpec, LoadedSpec, TensorArg, resolve_bound
+
+# The check name of an op contract's findings; each names the broken part as its violation.
+CONTRACT = "contract"
 
 
 @dataclass(frozen=True)
@@ -40,19 +44,25 @@ class Case:
     seed: int
 
 
-@dataclass(frozen=True)
-class Violation:
-    """One broken part of an op's contract; ``message`` says how, and what to do instead."""
+def broken(part: str, message: str, *, raised: bool = False, case: Case | None = None) -> Finding:
+    """One broken part of an op's contract; ``message`` says how, and what to do instead.
 
-    part: str
-    message: str
-    # The op raised rather than broke the part: another part's finding may explain it.
-    raised: bool = False
-    # The drawn call it broke on, which :func:`recheck` runs again (a reproducer does).
-    case: Case | None = None
+    Its scenario keeps the drawn call it broke on (``case``, which :func:`recheck` runs
+    again in a reproducer) and whether the op raised rather than broke the part (another
+    part's finding may explain that)."""
+    scenario: tuple[tuple[str, Any], ...] = (("raised", raised),)
+    if case is not None:
+        scenario += (("case", case),)
+    return Finding(OP_BUG, CONTRACT, message, violation=part, scenario=scenario)
 
-    def line(self) -> str:
-        return f"{self.part}: {self.message}"
+
+def case_of(finding: Finding) -> Case | None:
+    """The drawn call a contract finding broke on, if any."""
+    return dict(finding.scenario).get("case")
+
+
+def _raised(finding: Finding) -> bool:
+    return bool(dict(finding.scenario).get("raised"))
 
 
 @st.composite
@@ -147,10 +157,10 @@ def _first_index(where: torch.Tensor) -> tuple[int, ...]:
     return tuple(where.nonzero()[0].tolist())
 
 
-Check = Callable[[LoadedSpec, Case, str], "Violation | None"]
+Check = Callable[[LoadedSpec, Case, str], "Finding | None"]
 
 
-def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Violation | None:
+def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
     """Writes exactly the declared arguments (the partial ones within their masks), and
     returns what it declares."""
     spec = loaded.spec
@@ -164,7 +174,7 @@ def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Violat
         result = spec.call(*args.values(), **case.params)
         for name in spec.args:
             if name not in spec.written and not _same(args[name], before[name]):
-                return Violation(
+                return broken(
                     "declared writes",
                     f"it writes argument {name!r}, which its spec declares read-only (in neither "
                     f"writes= nor inout=): graph segments after the break then read the "
@@ -177,7 +187,7 @@ def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Violat
                 continue
             outside = _changed(args[name], before[name]) & ~mask
             if bool(outside.any()):
-                return Violation(
+                return broken(
                     "masked writes",
                     f"it writes {name!r} outside the elements its partial= mask allows: "
                     f"{int(outside.sum())} element(s), first at index {_first_index(outside)} "
@@ -188,14 +198,14 @@ def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Violat
         untouched = {n for n in untouched if _same(args[n], before[n])}
     for name in sorted(untouched):
         if isinstance(result, torch.Tensor) and not _shares_storage(result, args):
-            return Violation(
+            return broken(
                 "declared writes",
                 f"it returns a fresh tensor instead of writing its declared output {name!r} "
                 f"in place ({name!r} is left untouched): graph segments after the break read "
                 f"{name!r}, which the call never writes. Write the result into {name!r} "
                 f"(e.g. {name}.copy_(result)) and return None.",
             )
-        return Violation(
+        return broken(
             "declared writes",
             f"it never writes its declared output {name!r}; write it on every call, or "
             f"declare in partial= which elements a call may leave unwritten.",
@@ -234,7 +244,7 @@ def _counting(shape: tuple[int, ...], start: int, step: int, low: int, high: int
     return (low + offsets).reshape(shape)
 
 
-def check_index_bounds(loaded: LoadedSpec, case: Case, device: str) -> Violation | None:
+def check_index_bounds(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
     """Runs when each index argument holds its declared bounds, the values the spec allows
     that random draws reach least often (the other elements distinct, counting away)."""
     spec = loaded.spec
@@ -245,7 +255,7 @@ def check_index_bounds(loaded: LoadedSpec, case: Case, device: str) -> Violation
         for label, bound, value, step in (("high", arg.high, high, -1), ("low", arg.low, low, 1)):
             error = _call_with(spec, case, device, name, _counting(shape, value, step, low, high))
             if error is not None:
-                return Violation(
+                return broken(
                     "index bounds",
                     f"it fails when {name!r} holds its declared bound {label}={bound!r} = "
                     f"{value} ({_describe(case)}): {_first_line(error)}. The spec allows that "
@@ -255,7 +265,7 @@ def check_index_bounds(loaded: LoadedSpec, case: Case, device: str) -> Violation
     return None
 
 
-def check_duplicate_indices(loaded: LoadedSpec, case: Case, device: str) -> Violation | None:
+def check_duplicate_indices(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
     """Runs when an index argument not declared unique repeats a value."""
     spec = loaded.spec
     for name, arg, _ in _index_args(spec, case):
@@ -271,7 +281,7 @@ def check_duplicate_indices(loaded: LoadedSpec, case: Case, device: str) -> Viol
         repeated = distinct.flatten()[0].expand(shape).clone()
         error = _call_with(spec, case, device, name, repeated)
         if error is not None:
-            return Violation(
+            return broken(
                 "unique indices",
                 f"it fails when {name!r} repeats a value ({low} in every element), which its "
                 f"spec allows ({_describe(case)}): {_first_line(error)}. If the op needs "
@@ -289,17 +299,17 @@ def _first_line(error: BaseException) -> str:
 
 def _return_problem(
     spec: BreakOpSpec, args: dict[str, torch.Tensor], result: Any
-) -> Violation | None:
+) -> Finding | None:
     if isinstance(spec.returns, str):
         wanted = args[spec.returns]
         if not isinstance(result, torch.Tensor) or result.data_ptr() != wanted.data_ptr():
-            return Violation(
+            return broken(
                 "declared return",
                 f"it declares returns={spec.returns!r} but returned {type(result).__name__}, "
                 f"not that argument.",
             )
     elif spec.returns is not None and not isinstance(result, torch.Tensor):
-        return Violation(
+        return broken(
             "declared return",
             f"it declares a returned tensor but returned {type(result).__name__}.",
         )
@@ -337,7 +347,7 @@ def _tensor_state(module_globals: dict[str, Any]) -> int:
     return count
 
 
-def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Violation | None:
+def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
     """Gives the same result on new values as a first call would, whatever ran before."""
     spec = loaded.spec
     fresh = _fresh_spec(loaded)
@@ -359,14 +369,14 @@ def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Violatio
     if all(compare(_comparable(a), _comparable(b), tol) is None for a, b in zip(used, first)):
         return None
     if stashed:
-        return Violation(
+        return broken(
             "no state across calls",
             "it stashes a tensor in module state on its first call (at capture, in a "
             "graph) and reads it on later calls, so a replay sees what the capture-time "
             "call left there instead of the new inputs. Keep tensors the op needs across "
             "calls in buffers the caller passes (declared in inout=), refreshed every call.",
         )
-    return Violation(
+    return broken(
         "no state across calls",
         "on new values in the same buffers it returns what an earlier call computed: it "
         "freezes a host value (a .tolist()/.item() result, a length, a shape) from its first "
@@ -402,7 +412,7 @@ def _patched(owner: Any, name: str, make: Callable[[Any], Any]) -> Iterator[None
         setattr(owner, name, original)
 
 
-def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Violation | None:
+def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
     """The caller's stream waits for all work the op issues on other streams."""
     spec = loaded.spec
     args = materialize(spec, case, case.seed, device)
@@ -450,7 +460,7 @@ def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Violati
     if not unjoined:
         return None
     ops = sum(n - joined.get(k, 0) for k, n in unjoined.items())
-    return Violation(
+    return broken(
         "streams joined",
         f"it forks a side stream and never joins it: {ops} op(s) on {len(unjoined)} other "
         f"stream(s) that the caller's stream never waits for. The next graph segment can read "
@@ -460,9 +470,7 @@ def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Violati
     )
 
 
-def check_concurrent_global_capture(
-    loaded: LoadedSpec, case: Case, device: str
-) -> Violation | None:
+def check_concurrent_global_capture(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
     """Makes none of the calls that invalidate another thread's ``global``-mode capture that
     an eager break can avoid: ``torch.cuda.synchronize()`` and a cudaMalloc.
 
@@ -499,7 +507,7 @@ def check_concurrent_global_capture(
         what = f"allocates new device memory (cudaMalloc of {grown} bytes on a warmed-up call)"
     else:
         return None
-    return Violation(
+    return broken(
         "concurrent capture",
         f"it {what}; while another thread captures in capture_error_mode='global', CUDA "
         f"then invalidates that capture (operation not permitted when stream is capturing). "
@@ -529,12 +537,12 @@ VALUE_PARTS = ("index bounds", "unique indices")
 UNJOINED = "streams joined"
 
 
-def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) -> list[Violation]:
+def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) -> list[Finding]:
     """The op's contract violations on ``examples`` drawn cases, at most one per check.
 
     Runs on ``device`` as given (the caller opens the GPU or the simulator).
     """
-    found: dict[str, Violation] = {}
+    found: dict[str, Finding] = {}
 
     @hypothesis_seed(seed)
     @settings(
@@ -553,14 +561,16 @@ def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) 
                 violation = check(loaded, case, device)
             except Exception as error:
                 first = str(error).strip().splitlines()
-                violation = Violation(
+                violation = broken(
                     part,
                     f"the op raised {type(error).__name__}: {first[0] if first else ''} "
                     f"on arguments its spec allows ({_describe(case)})",
                     raised=True,
                 )
             if violation is not None:
-                found[part] = dataclasses.replace(violation, case=case)
+                found[part] = dataclasses.replace(
+                    violation, scenario=(*violation.scenario, ("case", case))
+                )
 
     run()
     if UNJOINED in found:
@@ -568,7 +578,7 @@ def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) 
             found.pop(part, None)
     if any(part in found for part in VALUE_PARTS):
         # The op failing on an index value explains its failing in the other checks too.
-        found = {p: v for p, v in found.items() if p in VALUE_PARTS or not v.raised}
+        found = {p: v for p, v in found.items() if p in VALUE_PARTS or not _raised(v)}
     return [found[part] for part, _ in CHECKS if part in found]
 
 
@@ -578,10 +588,10 @@ def _describe(case: Case) -> str:
     return "; ".join(p for p in (dims, params) if p) or "no dims"
 
 
-def recheck(loaded: LoadedSpec, part: str, case: Case, device: str) -> Violation | None:
+def recheck(loaded: LoadedSpec, part: str, case: Case, device: str) -> Finding | None:
     """Runs the check of ``part`` again on ``case``: what a violation's reproducer does."""
     check = dict(CHECKS)["declared writes" if part == "masked writes" else part]
     try:
         return check(loaded, case, device)
     except Exception as error:
-        return Violation(part, f"the op raised {_first_line(error)}", raised=True, case=case)
+        return broken(part, f"the op raised {_first_line(error)}", raised=True, case=case)
