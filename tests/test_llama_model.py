@@ -2,10 +2,14 @@
 
 Random weights (no downloads), four layers, attention as an eager break that reads the
 packed sequence lengths on the host with ``.tolist()``. The replay must equal eager
-execution bitwise, on the simulator (CI) and on a GPU, from this one source.
+execution bitwise, on the simulator (CI) and on a GPU, from this one source: as written,
+built and run inside ``with torch.device("cuda"):`` as model-building code does, and under
+``torch.autocast("cuda", dtype=torch.bfloat16)`` as mixed-precision serving code runs.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import pytest
 import torch
@@ -64,7 +68,21 @@ def _packed(lengths, vocab, device):
     return ids, positions
 
 
-def test_llama_with_a_host_reading_attention_break_replays_bitwise(bcg_device):
+# How the whole test runs: model building, warm-up, capture, replays and eager reference.
+_CONTEXTS = {
+    "plain": contextlib.nullcontext,
+    "cuda-default-device": lambda: torch.device("cuda"),
+    "autocast-bf16": lambda: torch.autocast("cuda", dtype=torch.bfloat16),
+}
+
+
+@pytest.mark.parametrize("context", list(_CONTEXTS))
+def test_llama_with_a_host_reading_attention_break_replays_bitwise(bcg_device, context):
+    with _CONTEXTS[context]():
+        _replays_bitwise()
+
+
+def _replays_bitwise():
     model = _llama()
     lengths = [5, 11, 8]
     _Lengths.tensor = torch.tensor(lengths, device="cuda")
@@ -86,3 +104,6 @@ def test_llama_with_a_host_reading_attention_break_replays_bitwise(bcg_device):
             torch.cuda.synchronize()
             expected = forward()
             assert torch.equal(logits, expected), f"replay differs from eager (seed {seed})"
+        if torch.is_autocast_enabled("cuda"):
+            hidden = torch.ones(1, model.config.hidden_size, device="cuda")
+            assert model.lm_head(hidden).dtype == torch.bfloat16, "autocast did not apply"

@@ -6,7 +6,8 @@ CPU tensors, reproducing its traps: capture records instead of executing, freed 
 is poisoned and reused, capture-illegal calls raise and invalidate, unjoined forks fail.
 
 Not modelled: kernel timing, true concurrency between streams (work runs in issue
-order), cuBLAS workspaces, NCCL, multiple devices.
+order), cuBLAS workspaces, cuSOLVER (refused in a capture until it ran eagerly, with the
+H200's error), NCCL, multiple devices.
 """
 
 from verification.sim.allocator import DEFAULT_POOL_ID, POISON_INT16

@@ -48,7 +48,8 @@ def poison(storage: torch.UntypedStorage) -> None:
         ctypes.memmove(storage.data_ptr(), _POISON_BYTES, nbytes)
         return
     with torch._C._DisableTorchDispatch():
-        words = torch.empty(0, dtype=torch.int16).set_(storage, 0, (storage.nbytes() // 2,), (1,))
+        words = torch.empty(0, dtype=torch.int16, device="cpu")
+        words.set_(storage, 0, (storage.nbytes() // 2,), (1,))
         words.fill_(POISON_INT16)
 
 
@@ -130,6 +131,9 @@ class Allocator:
         self._by_address: dict[int, Block] = {}
         self.quarantine: list[torch.UntypedStorage] = []
         self._peak = 0
+        # Bytes of blocks in the pools' ``live`` lists: a block freed since is counted until
+        # its pool next reclaims, so a peak taken from it may run ahead of CUDA's.
+        self._live_bytes = 0
         self._private_ids = itertools.count(1)
         self._handle_ids = itertools.count(1)
 
@@ -167,6 +171,9 @@ class Allocator:
                 poison(block.storage)
                 self._index(block)
             pool.live.append(block)
+            self._live_bytes += block.size
+            if self._live_bytes > self._peak:
+                self._peak = self._live_bytes
             return block
 
     def _index(self, block: Block) -> None:
@@ -223,6 +230,7 @@ class Allocator:
             else:
                 poison(block.storage)
                 pool.free.append(block)
+                self._live_bytes -= block.size
         if len(still_live) != len(pool.live):
             pool.live = still_live
             self._merge_free(pool)
@@ -233,6 +241,8 @@ class Allocator:
             for pool in list(self.pools.values()):
                 if pool in capturing or (pool.graph_refs > 0 and pool.id != DEFAULT_POOL_ID):
                     continue
+                if pool.still_recording:
+                    continue  # a capture CUDA failed keeps its memory (H200, torch 2.11)
                 self._reclaim(pool)
                 kept = []
                 for block in pool.free:
@@ -252,8 +262,7 @@ class Allocator:
             return allocated, sum(b.size for b in blocks)
 
     def peak_allocated(self) -> int:
-        """The largest allocated total seen by a statistics query (frees are detected lazily,
-        so a peak between two queries is not seen)."""
+        """The largest allocated total seen at an allocation or a statistics query."""
         return max(self._peak, self.stats()[0])
 
     def reset_peak(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from verification.sim import cuda_errors
 from verification.sim.allocator import Pool
 from verification.sim.recording import Step
 
@@ -24,7 +25,8 @@ class Capture:
         self.thread = threading.get_ident()
         self.steps: list[Step] = []
         self.clocks: dict[Any, dict[Any, int]] = {origin: {origin: 0}}
-        self.invalid = False
+        # What capture_end raises once CUDA has failed the capture (None while it is valid).
+        self.error: str | None = None
         self.active = True
         origin.capture = self
 
@@ -55,8 +57,14 @@ class Capture:
             if stream != self.origin
         )
 
-    def invalidate(self) -> None:
-        self.invalid = True
+    @property
+    def invalid(self) -> bool:
+        return self.error is not None
+
+    def invalidate(self, error: str = cuda_errors.INVALIDATED) -> None:
+        """Fails the capture; the first failure decides what ``capture_end`` raises."""
+        if self.error is None:
+            self.error = error
 
     def finish(self) -> None:
         """Takes every participating stream out of capture mode."""

@@ -8,9 +8,12 @@ with a device target and ``record_stream`` need replacing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.overrides import _get_current_function_mode_stack as _function_modes
+from torch.utils._device import DeviceContext
 
 from verification.sim import cuda_errors, state
 from verification.sim.streams import check_host_sync, current_stream
@@ -78,6 +81,27 @@ def get_device_capability(device: Any = None) -> tuple[int, int]:
     return (9, 0)
 
 
+@dataclass(frozen=True)
+class DeviceProperties:
+    """What ``torch.cuda.get_device_properties`` reports for an H200 (autocast reads it)."""
+
+    name: str = DEVICE_NAME
+    major: int = 9
+    minor: int = 0
+    total_memory: int = DEVICE_TOTAL_BYTES
+    multi_processor_count: int = 132
+    max_threads_per_multi_processor: int = 2048
+    warp_size: int = 32
+    L2_cache_size: int = 62_914_560
+    is_integrated: bool = False
+    is_multi_gpu_board: bool = False
+    gcnArchName: str = "NVIDIA H200"
+
+
+def get_device_properties(device: Any = None) -> DeviceProperties:
+    return DeviceProperties()
+
+
 def memory_snapshot(*args: Any, **kwargs: Any) -> list[dict[str, object]]:
     return state.require().allocator.snapshot()
 
@@ -125,18 +149,31 @@ def _names_device(device: Any) -> bool:
     return isinstance(device, (str, torch.device)) and torch.device(device).type == "cuda"
 
 
+def _default_is_device() -> bool:
+    """Whether ``with torch.device("cuda"):`` or ``torch.set_default_device("cuda")`` holds:
+    the innermost device mode on the torch-function stack names CUDA."""
+    if not torch._C._len_torch_function_stack():
+        return False
+    for mode in reversed(_function_modes()):
+        if isinstance(mode, DeviceContext):
+            return mode.device.type == "cuda"
+    return False
+
+
 def _built_on_host(original: Callable[..., Any]) -> Callable[..., Any]:
     """``torch.tensor``/``as_tensor`` with a device target: CPU torch refuses the device
     guard they open, so build the host tensor and move it, which is what CUDA does too."""
 
     def make(data: Any, *args: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
+        if device is None and _default_is_device():
+            device = "cuda"
         if not _names_device(device):
             return original(data, *args, device=device, **kwargs)
         requires_grad = kwargs.pop("requires_grad", False)
         if isinstance(data, torch.Tensor) and data.is_cuda:
             made = data if not (args or kwargs) else data.to(*args, **kwargs)
         else:
-            made = original(data, *args, **kwargs).to("cuda")
+            made = original(data, *args, device="cpu", **kwargs).to("cuda")
         return made.requires_grad_() if requires_grad else made
 
     return make

@@ -30,7 +30,7 @@ POOL_RELEASED = (
     'it->second->use_count > 0 INTERNAL ASSERT FAILED at "/pytorch/c10/cuda/'
     'CUDACachingAllocator.cpp":2799, please report a bug to PyTorch. '
 )
-POOL_WITHOUT_CAPTURE = "Called CUDAGraph::pool without a preceding successful capture."
+POOL_WITHOUT_CAPTURE = "Called CUDAGraph::pool() without a preceding successful capture."
 SEED_IN_CAPTURE = (
     "CUDAGeneratorImpl::set_current_seed can be called during stream capture only if new "
     "seed is the same as the original seed."
@@ -39,4 +39,18 @@ HOST_COPY = (
     "Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the CPU "
     "tensor is pinned. Please use tensor.pin_memory() or allocate the tensor with "
     "pin_memory=True."
+)
+# An event recorded during a capture, used after the capture ended (wait, query,
+# synchronize, elapsed_time): on the H200 it is a graph node, not an event.
+INVALID_ARGUMENT = "CUDA error: invalid argument"
+# capture_end() on the stream the graph was made on, with no capture begun.
+ILLEGAL_STATE = "CUDA error: the operation cannot be performed in the present state"
+ALREADY_CAPTURED = (
+    "This CUDAGraph instance already owns a captured graph. "
+    "To capture a new graph, create a new instance."
+)
+# A cuSOLVER op with no library handle yet, issued in a capture: creating the handle fails
+# on the H200 and the capture with it. The simulator does not model cuSOLVER itself.
+CUSOLVER_IN_CAPTURE = (
+    "cusolver error: CUSOLVER_STATUS_INTERNAL_ERROR, when calling `cusolverDnCreate(handle)`"
 )

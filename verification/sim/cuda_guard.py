@@ -2,8 +2,10 @@
 
 torch opens a device guard before some ops on CUDA tensors (indexing, ``nonzero``); CPU
 torch has none for CUDA and refuses them. The guard knows one device, index 0, and
-switches nothing. It is compiled with the system C++ compiler into a per-user cache the
-first time the simulator starts (about 10 s), then loaded in every process.
+switches nothing. :func:`accelerator` makes CUDA torch's accelerator while the simulator
+is open (the autograd engine needs one for CUDA gradients). The library is compiled with
+the system C++ compiler into a per-user cache the first time the simulator starts (about
+10 s), then loaded in every process.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 import torch
 
 _SOURCE = Path(__file__).with_name("cuda_guard.cpp")
-_loaded = False
+_library: ctypes.CDLL | None = None
 
 
 def _cache_dir() -> Path:
@@ -40,7 +42,7 @@ def _build(target: Path) -> None:
     command = [
         compiler, "-O1", "-shared", "-fPIC", "-std=c++17",
         f"-I{torch_dir / 'include'}", str(_SOURCE),
-        f"-L{torch_dir / 'lib'}", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}", "-o", partial,
+        f"-L{torch_dir / 'lib'}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{torch_dir / 'lib'}", "-o", partial,
     ]  # fmt: skip
     try:
         subprocess.run(command, check=True, capture_output=True, text=True)
@@ -56,11 +58,17 @@ def _build(target: Path) -> None:
 
 def install() -> None:
     """Makes sure the guard is registered in this process (idempotent)."""
-    global _loaded
-    if _loaded or torch.cuda.is_available():
+    global _library
+    if _library is not None or torch.cuda.is_available():
         return
     path = _library_path()
     if not path.exists():
         _build(path)
-    ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
-    _loaded = True
+    _library = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+
+
+def accelerator(on: bool) -> None:
+    """Makes CUDA torch's accelerator (or gives CPU torch back its none); a CUDA build is
+    left alone."""
+    if _library is not None:
+        _library.bcg_sim_cuda_accelerator(int(on))

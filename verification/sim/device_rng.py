@@ -28,8 +28,13 @@ class DeviceRNG:
         self.capturing = False
 
     def manual_seed(self, seed: int) -> None:
-        self.seed = seed
         self.generator.manual_seed(seed)
+
+    @property
+    def seed(self) -> int:
+        # Read from the generator: ``torch.cuda.default_generators[0]`` is that generator,
+        # and users seed it directly too.
+        return self.generator.initial_seed()
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:

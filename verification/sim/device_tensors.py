@@ -108,7 +108,7 @@ def host_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
 def host_view_on(storage: torch.UntypedStorage, like: torch.Tensor) -> torch.Tensor:
     """A CPU tensor over host ``storage`` with ``like``'s dtype, layout and conj/neg bits."""
     with torch._C._DisableTorchDispatch():
-        t = torch.empty(0, dtype=like.dtype).set_(
+        t = torch.empty(0, dtype=like.dtype, device=HOST).set_(
             storage, like.storage_offset(), like.shape, like.stride()
         )
     if like.is_conj():

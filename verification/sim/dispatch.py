@@ -5,7 +5,8 @@ runs on host views of them (:mod:`bridge`): outside capture it executes and its 
 outputs move into blocks of the default pool; on a capturing stream it is recorded instead:
 views (metadata only) execute, writes are deferred to replay, fresh outputs get poisoned
 blocks of the capture's pool, and capture-illegal ops (host syncs, data-dependent shapes)
-raise and invalidate. Host-device copies follow :mod:`transfers`.
+raise and invalidate; once a capture is invalidated, every later launch into it raises.
+Host-device copies follow :mod:`transfers`.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def _arg(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], index: int) -
 
 
 def _block_tensor(block: Block, like: torch.Tensor) -> torch.Tensor:
-    return torch.empty(0, dtype=like.dtype).set_(
+    return torch.empty(0, dtype=like.dtype, device="cpu").set_(
         block.storage, like.storage_offset(), like.shape, like.stride()
     )
 
@@ -256,6 +257,9 @@ def run_captured(
     if (info.illegal_in_capture or func in _RULED) and capture_rules.refused(
         func, info.illegal_in_capture, args, kwargs, session.warm_libraries
     ):
+        if func in capture_rules.LIBRARY:
+            capture.invalidate()
+            raise RuntimeError(cuda_errors.CUSOLVER_IN_CAPTURE)
         _fail(capture)
     if info.mask_checked:
         indices = _arg(func, args, kwargs, 1)
@@ -293,9 +297,7 @@ def run_captured(
     return values[0] if n == 1 else tuple(values)
 
 
-def _resize_outputs(
-    func: Any, info: OpInfo, args: tuple, kwargs: dict, pool: Any, capture: Any
-) -> None:
+def _resize_outputs(func: Any, info: OpInfo, args: tuple, kwargs: dict, pool: Any) -> None:
     """Gives ``out=`` host views their result shape first, growing into a block of ``pool``.
 
     Host views cannot be reallocated by a kernel, and on CUDA an ``out=`` tensor is resized
@@ -308,15 +310,12 @@ def _resize_outputs(
             continue
         out = _arg(func, args, kwargs, alias)
         if isinstance(out, torch.Tensor) and out.shape != shape_of.shape:
-            resize_host(out, shape_of.shape, pool, state.require().allocator, capture)
+            resize_host(out, shape_of.shape, pool, state.require().allocator)
 
 
-def resize_host(
-    t: torch.Tensor, shape: Any, pool: Any, allocator: Any, capture: Any = None
-) -> None:
-    """``t.resize_(shape)`` for a host view: in place if its memory suffices, else a new block.
-
-    Growing during capture is accepted by the op but fails ``capture_end`` on the H200.
+def resize_host(t: torch.Tensor, shape: Any, pool: Any, allocator: Any) -> None:
+    """``t.resize_(shape)`` for a host view: in place if its memory suffices, else a new block
+    (of the capture's pool during a capture, which the H200 accepts: replay writes there).
     """
     numel = 1
     for d in shape:
@@ -326,8 +325,6 @@ def resize_host(
         if needed <= t.untyped_storage().nbytes():
             t.resize_(shape)
             return
-        if capture is not None:
-            capture.invalidate()  # the op goes through; the H200 fails capture_end
         block = allocator.allocate(pool, numel * t.element_size())
         t.set_(block.storage, 0, shape, torch.empty(shape, device="meta").stride())
 
@@ -375,6 +372,11 @@ def run_on_device(
     if checked and kwargs.get("device") is None:  # factories only read a host tensor's shape
         _check_same_device(func, leaves)
     if capture is not None:
+        if capture.error == cuda_errors.INVALIDATED and not (
+            info.metadata_only or info.writes_no_data
+        ):
+            # CUDA refuses every launch into a capture it has invalidated.
+            raise RuntimeError(cuda_errors.INVALIDATED)
         if checked:
             leaves = [_bake(x) for x in leaves]
         if session.strict_warmup:
@@ -390,7 +392,7 @@ def run_on_device(
     host_args, host_kwargs = unflatten_call(host_leaves, spec)
     pool = session.allocator.default_pool if capture is None else capture.pool
     if info.out_args:
-        _resize_outputs(func, info, host_args, host_kwargs, pool, capture)
+        _resize_outputs(func, info, host_args, host_kwargs, pool)
     if capture is None:
         if info.illegal_in_capture:
             session.check_unsafe_call()  # the host waits for the device: a sync
@@ -595,7 +597,7 @@ def _resize(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
     pool = session.allocator.default_pool if capture is None else capture.pool
     bridge = Bridge(session.allocator)
     host = bridge.host_view(t)
-    resize_host(host, tuple(args[1]), pool, session.allocator, capture)
+    resize_host(host, tuple(args[1]), pool, session.allocator)
     bridge.write_back(t, host, pool)
     return t
 

@@ -25,6 +25,9 @@ class CUDAGraph:
         self._capture: Capture | None = None
         self._steps: list[Step] | None = None
         self._pool: Pool | None = None
+        self._debug = False
+        # torch's graph takes the current stream as its capture stream until capture_begin.
+        self._made_on = current_stream() if state.session is not None else None
 
     def capture_begin(self, pool: PoolId | None = None, capture_error_mode: str = "global") -> None:
         session = state.require()
@@ -32,13 +35,17 @@ class CUDAGraph:
             raise ValueError(
                 f"capture_error_mode must be one of {CAPTURE_ERROR_MODES}, got {capture_error_mode!r}"
             )
-        if self._capture is not None or self._steps is not None:
-            raise RuntimeError("This CUDAGraph already holds a capture; call reset() first.")
+        # torch's order: a finished capture, then registering the generator (which refuses
+        # a capturing stream), then the default stream.
+        if self._steps is not None:
+            raise RuntimeError(cuda_errors.ALREADY_CAPTURED)
         stream = current_stream()
-        if stream == session.default_stream:
-            raise RuntimeError(cuda_errors.DEFAULT_STREAM)
         if stream.capture is not None:
             raise RuntimeError(cuda_errors.BEGIN_IN_CAPTURE)
+        if self._capture is not None:
+            raise RuntimeError("This CUDAGraph already holds a capture; call reset() first.")
+        if stream == session.default_stream:
+            raise RuntimeError(cuda_errors.DEFAULT_STREAM)
         session.rng.capturing = True  # the generators' capture prologue comes first
         with session.lock:
             capture_pool = session.allocator.capture_pool(pool)
@@ -55,7 +62,9 @@ class CUDAGraph:
         session = state.require()
         capture = self._capture
         if capture is None:
-            raise RuntimeError("capture_end() called without a matching capture_begin().")
+            if current_stream() == self._made_on:
+                raise RuntimeError(cuda_errors.ILLEGAL_STATE)  # cudaStreamEndCapture's
+            raise RuntimeError(cuda_errors.WRONG_END_STREAM)
         if current_stream() != capture.origin:
             raise RuntimeError(cuda_errors.WRONG_END_STREAM)
         unjoined = capture.unjoined()
@@ -66,7 +75,7 @@ class CUDAGraph:
         if capture.invalid or unjoined:
             self._pool.still_recording = True  # type: ignore[union-attr]
             self._release_pool()
-            raise RuntimeError(cuda_errors.INVALIDATED if capture.invalid else cuda_errors.UNJOINED)
+            raise RuntimeError(capture.error or cuda_errors.UNJOINED)
         session.rng.capturing = False
         self._steps = capture.steps
         if not self._steps:
@@ -98,6 +107,29 @@ class CUDAGraph:
     def raw_cuda_graph(self) -> int:
         """A stand-in for the ``cudaGraph_t`` handle: unique while the graph lives."""
         return id(self)
+
+    def raw_cuda_graph_exec(self) -> int:
+        """A stand-in for the ``cudaGraphExec_t`` handle, distinct from the graph's."""
+        return id(self) + 1
+
+    def enable_debug_mode(self) -> None:
+        self._debug = True
+
+    def debug_dump(self, debug_path: str) -> None:
+        """Writes the recorded steps, one aten op a line, where CUDA writes a DOT file."""
+        if not self._debug:
+            warnings.warn(
+                "CUDA Graphs debug not enabled, set with torch._C._cuda_enable_graphs_debug_mode",
+                stacklevel=2,
+            )
+            return
+        with open(debug_path, "w", encoding="utf-8") as out:
+            out.write("digraph simulated_cuda_graph {\n")
+            for i, step in enumerate(self._steps or ()):
+                out.write(f'  n{i} [label="{step.func}"];\n')
+                if i:
+                    out.write(f"  n{i - 1} -> n{i};\n")
+            out.write("}\n")
 
     def reset(self) -> None:
         session = state.session
@@ -148,7 +180,13 @@ def graph_pool_handle() -> PoolId:
 
 
 class graph:  # lower-case to mirror torch.cuda.graph
-    """``with torch.cuda.graph(g):`` captures the block into ``g`` on a side stream."""
+    """``with torch.cuda.graph(g):`` captures the block into ``g`` on a side stream.
+
+    Like torch 2.11, entering collects no garbage unless ``force_cudagraph_gc`` is set: a
+    tensor held only by a reference cycle is still alive inside the capture.
+    """
+
+    default_capture_stream: Stream | None = None  # made on first use, as in torch
 
     def __init__(
         self,
@@ -157,16 +195,18 @@ class graph:  # lower-case to mirror torch.cuda.graph
         stream: Stream | None = None,
         capture_error_mode: str = "global",
     ) -> None:
+        if stream is None and type(self).default_capture_stream is None:
+            type(self).default_capture_stream = Stream()
         self.cuda_graph = cuda_graph
         self.pool = pool
         self.capture_error_mode = capture_error_mode
-        self.stream_ctx = StreamContext(
-            stream if stream is not None else state.require().graph_side_stream
-        )
+        self.capture_stream = stream if stream is not None else type(self).default_capture_stream
+        self.stream_ctx = StreamContext(self.capture_stream)
 
     def __enter__(self) -> None:
         torch.cuda.synchronize()
-        gc.collect()
+        if getattr(torch.compiler.config, "force_cudagraph_gc", False):
+            gc.collect()
         torch.cuda.empty_cache()
         self.stream_ctx.__enter__()
         self.cuda_graph.capture_begin(self.pool, capture_error_mode=self.capture_error_mode)

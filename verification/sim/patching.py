@@ -1,14 +1,16 @@
 """``simulated_cuda()``: installs the simulated ``torch.cuda`` surface and the dispatch mode.
 
 Entries are refcounted across threads: the outermost entry opens a session and patches
-``torch.cuda`` (and the submodules the names live in), ``torch.Tensor`` and thread
-start-up; the matching exit restores every original, also after an exception. Each
-thread that enters, or starts while the simulator is active, pushes its own dispatch mode.
+``torch.cuda`` (and the submodules the names live in), ``torch.Tensor``, the entry points of
+``torch.autograd`` and thread start-up, and makes CUDA torch's accelerator; the matching exit
+restores every original, also after an exception. Each thread that enters, or starts while
+the simulator is active, pushes its own dispatch mode.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import sys
 import threading
@@ -52,6 +54,7 @@ _CUDA_NAMES: dict[str, Any] = {
     "memory_stats": cuda_api.memory_stats,
     "get_device_name": cuda_api.get_device_name,
     "get_device_capability": cuda_api.get_device_capability,
+    "get_device_properties": cuda_api.get_device_properties,
     "is_available": cuda_api.is_available,
     "device_count": cuda_api.device_count,
     "current_device": cuda_api.current_device,
@@ -79,6 +82,7 @@ def _patch(owner: Any, name: str, value: Any) -> None:
 
 
 def _restore_all() -> None:
+    cuda_guard.accelerator(False)
     while _saved:
         owner, name, old = _saved.pop()
         if old is _MISSING:
@@ -133,7 +137,29 @@ def _install() -> None:
         "_bootstrap_inner",
         _bootstrap_with_mode(threading.Thread._bootstrap_inner),
     )
+    _patch(torch.cuda, "default_generators", (state.require().rng.generator,))
+    for name in ("backward", "grad"):
+        _patch(torch.autograd, name, autograd_on_caller_stream(getattr(torch.autograd, name)))
     _use_math_sdp()
+    cuda_guard.accelerator(True)
+
+
+def autograd_on_caller_stream(original: Any) -> Any:
+    """``torch.autograd.backward``/``grad``: the engine runs CUDA gradients on a device
+    thread of its own, which on a GPU works on the streams of the forward ops; here it
+    works on the stream the caller is on (a capture's, inside a capture)."""
+
+    @functools.wraps(original)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        session = state.require()
+        previous = session.autograd_stream
+        session.autograd_stream = streams.current_stream()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            session.autograd_stream = previous
+
+    return run
 
 
 def _push_thread_mode() -> None:

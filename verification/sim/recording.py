@@ -45,7 +45,7 @@ class BlockRef:
             storage = torch._C._construct_storage_from_data_pointer(
                 block.address, _HOST, block.size
             )
-            view = torch.empty(0, dtype=self.dtype).set_(
+            view = torch.empty(0, dtype=self.dtype, device=_HOST).set_(
                 storage, self.offset, self.size, self.stride
             )
             self._view = view

@@ -21,11 +21,13 @@ from verification.sim.transfers import PinnedMemory
 
 class Session:
     def __init__(self) -> None:
-        self.allocator = Allocator(on_growth=self.check_unsafe_call)
+        self.allocator = Allocator(on_growth=self.check_growth)
         self.default_stream = Stream._default()
         self.captures: set[Any] = set()
         self.lock = threading.RLock()
-        self._graph_side_stream: Stream | None = None
+        # The stream a backward pass in progress was called on (autograd's device thread
+        # runs it; see patching.autograd_on_caller_stream).
+        self.autograd_stream: Stream | None = None
         self.pinned = PinnedMemory()
         self.rng = DeviceRNG()
         self.warm_libraries: set[str] = set()  # device libraries whose handle exists
@@ -36,13 +38,6 @@ class Session:
             RaceDetector(self.allocator) if races_from_environment() else None
         )
         self.allocator.on_reuse = self._check_reuse
-
-    @property
-    def graph_side_stream(self) -> Stream:
-        """The stream ``torch.cuda.graph`` captures on when given none (one per session)."""
-        if self._graph_side_stream is None:
-            self._graph_side_stream = Stream()
-        return self._graph_side_stream
 
     def captures_forbidding_unsafe_calls(self) -> list[Any]:
         """The open captures that a potentially unsafe call made in this thread (cudaMalloc, a
@@ -62,6 +57,23 @@ class Session:
             if capture is not mine:
                 capture.invalidate()
                 raise RuntimeError(cuda_errors.NOT_PERMITTED)
+
+    def check_growth(self) -> None:
+        """A new segment (cudaMalloc) while captures that forbid it are open.
+
+        From a stream outside any capture it raises at once. From a capturing stream, as on
+        the H200, the allocation goes through: every other forbidding capture is invalidated
+        and the allocating capture's ``capture_end`` raises "not permitted".
+        """
+        mine = current_stream().capture
+        if mine is None:
+            self.check_unsafe_call()
+            return
+        others = [c for c in self.captures_forbidding_unsafe_calls() if c is not mine]
+        if others:
+            mine.invalidate(cuda_errors.NOT_PERMITTED)
+            for capture in others:
+                capture.invalidate()
 
     def _check_reuse(self, block: Any) -> None:
         stream = current_stream()

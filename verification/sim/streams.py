@@ -131,7 +131,11 @@ class Stream:
 
 
 class Event:
-    """A simulated ``torch.cuda.Event``: remembers where (and in which capture) it was recorded."""
+    """A simulated ``torch.cuda.Event``: remembers where (and in which capture) it was recorded.
+
+    An event recorded during a capture is a node of that graph: once the capture ends, the
+    H200 refuses to wait on it, query it, synchronise on it or time it ("invalid argument").
+    """
 
     def __init__(
         self,
@@ -161,14 +165,20 @@ class Event:
         if races is not None and stream.capture is None:
             races.wait(stream, self.race_clock)
         capture = self.capture
+        if capture is not None and not capture.active:
+            if stream.capture is not None:
+                stream.capture.invalidate()
+            raise RuntimeError(cuda_errors.INVALID_ARGUMENT)
         if stream.capture is not None and capture is not stream.capture:
             if capture is None and self.recorded_at is not None:
                 stream.capture.invalidate()
                 raise RuntimeError(cuda_errors.ISOLATION)
-            if capture is not None and capture.active:
+            if capture is not None:
+                # CUDA fails both sequences: neither capture can end any more.
                 stream.capture.invalidate()
+                capture.invalidate()
                 raise RuntimeError(cuda_errors.MERGE)
-        if capture is None or not capture.active:
+        if capture is None:
             return
         if stream.capture is None:
             capture.fork(stream, self.clock)
@@ -176,24 +186,29 @@ class Event:
             capture.merge(stream, self.clock)
 
     def query(self) -> bool:
-        check_host_sync(self._live_capture())
+        self._check_not_from_ended_capture()
+        check_host_sync(self.capture)
         return True
 
     def synchronize(self) -> None:
-        check_host_sync(self._live_capture())
+        self._check_not_from_ended_capture()
+        check_host_sync(self.capture)
         races = state.require().races
         if races is not None:
             races.host_waits_for(self.race_clock)
 
     def elapsed_time(self, end_event: Event) -> float:
+        self._check_not_from_ended_capture()
+        end_event._check_not_from_ended_capture()
         if self.recorded_at is None or end_event.recorded_at is None:
             raise RuntimeError("Both events must be recorded before calling elapsed_time().")
         if not (self.enable_timing and end_event.enable_timing):
             raise RuntimeError("Both events must be created with enable_timing=True.")
         return (end_event.recorded_at - self.recorded_at) * 1000.0
 
-    def _live_capture(self) -> Any:
-        return self.capture if self.capture is not None and self.capture.active else None
+    def _check_not_from_ended_capture(self) -> None:
+        if self.capture is not None and not self.capture.active:
+            raise RuntimeError(cuda_errors.INVALID_ARGUMENT)
 
 
 def check_host_sync(capture: Any, device_wide: bool = False) -> None:
@@ -216,7 +231,9 @@ def current_stream(device: Any = None) -> Stream:
     session = state.require()
     pair = getattr(_thread, "stream", None)
     if pair is None or pair[0] is not session:
-        return session.default_stream._handle()
+        # A thread that never chose a stream: the autograd engine's device thread runs a
+        # backward pass on the stream its caller was on (see autograd_on_caller_stream).
+        return (session.autograd_stream or session.default_stream)._handle()
     return pair[1]._handle()
 
 
