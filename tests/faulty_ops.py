@@ -124,3 +124,128 @@ FROZEN_BY_ADDRESS = _spec(
     lengths_by_address, x=_X, lengths=TensorArg(("n",), torch.int64, low=0, high="n"), out=_OUT
 )
 FAULTY["FROZEN_BY_ADDRESS"] = "no state across calls"
+
+
+# The spec vocabulary for real ops: each feature below has a correct op (in CLEAN_FEATURES)
+# and a planted op breaking it (in FAULTY_FEATURES, with the part the diagnosis must name).
+
+
+def _rows_written(slots: torch.Tensor, rows: int) -> torch.Tensor:
+    """A (rows, 1) mask: True on the rows that valid (non-negative) slots name."""
+    mask = torch.zeros(rows, 1, dtype=torch.bool)
+    valid = slots.cpu()
+    return mask.index_fill_(0, valid[valid >= 0], True)
+
+
+def scatter_rows(src: torch.Tensor, slots: torch.Tensor, out: torch.Tensor) -> None:
+    # -1 marks a padding token: nothing written. Values past the end are capture-time garbage.
+    valid = (slots >= 0) & (slots < out.shape[0])
+    out.index_copy_(0, slots[valid], src[valid])
+
+
+def scatter_rows_padding_too(src: torch.Tensor, slots: torch.Tensor, out: torch.Tensor) -> None:
+    out[slots] = src  # slot -1 indexes the last row: padding overwrites a real slot
+
+
+def _scatter_spec(fn) -> BreakOpSpec:
+    return BreakOpSpec(
+        fn=fn,
+        args={
+            "src": TensorArg(("tokens", "d"), torch.float32),
+            "slots": TensorArg(
+                ("tokens",), torch.int64, low=0, high="rows-1", unique=True, sentinel=-1
+            ),
+            "out": TensorArg(("rows", "d"), torch.float32),
+        },
+        dims={"tokens": (1, 6), "rows": (6, 10), "d": (1, 3)},
+        writes=("out",),
+        partial={"out": lambda slots, out, **_: _rows_written(slots, out.shape[0])},
+    )
+
+
+def add_counts(x: torch.Tensor, counts: torch.Tensor) -> None:
+    counts.add_(x)  # read-modify-write
+
+
+def gather_rows(x: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
+    out.copy_(x[positions.clamp(0, x.numel() - 1)])  # clamped: capture-time garbage
+
+
+def gather_next_rows(x: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
+    # Reads the position after each one: past the end when a position is n-1.
+    out.copy_(torch.stack([x[p + 1] for p in positions.tolist()]))
+
+
+def _gather_spec(fn) -> BreakOpSpec:
+    return BreakOpSpec(
+        fn=fn,
+        args={
+            "x": TensorArg(("n",), torch.float32),
+            "positions": TensorArg(("m",), torch.int64, low=0, high="n-1"),
+            "out": TensorArg(("m",), torch.float32),
+        },
+        dims={"n": (1, 8), "m": (1, 8)},
+        writes=("out",),
+    )
+
+
+def unpermute(src: torch.Tensor, order: torch.Tensor, out: torch.Tensor) -> None:
+    # The inverse of a permutation, built on the host. Not a permutation only at capture
+    # (garbage values): the gaps read row 0 then.
+    where = {slot: i for i, slot in enumerate(order.tolist())}
+    rows = [where.get(r, 0) for r in range(order.numel())]
+    out.copy_(src[torch.tensor(rows, device=src.device)])
+
+
+def unpermute_strict(src: torch.Tensor, order: torch.Tensor, out: torch.Tensor) -> None:
+    # The same inverse, trusting the values: a repeated value leaves a gap, a KeyError.
+    where = {slot: i for i, slot in enumerate(order.tolist())}
+    rows = [where[r] for r in range(order.numel())]
+    out.copy_(src[torch.tensor(rows, device=src.device)])
+
+
+def _unpermute_spec(unique: bool) -> BreakOpSpec:
+    return BreakOpSpec(
+        fn=unpermute if unique else unpermute_strict,
+        args={
+            "src": TensorArg(("n",), torch.float32),
+            "order": TensorArg(("n",), torch.int64, low=0, high="n-1", unique=unique),
+            "out": TensorArg(("n",), torch.float32),
+        },
+        dims={"n": (1, 8)},
+        writes=("out",),
+    )
+
+
+_COUNTS = TensorArg(("n",), torch.int32, low=0, high=100)
+_STEPS = TensorArg(("n",), torch.int32, low=0, high=3)
+
+MASKED_SCATTER = _scatter_spec(scatter_rows)
+WRITES_OUTSIDE_MASK = _scatter_spec(scatter_rows_padding_too)
+INOUT_COUNTS = BreakOpSpec(
+    fn=add_counts, args={"x": _STEPS, "counts": _COUNTS}, dims=_DIMS, inout=("counts",)
+)
+WRITES_READ_ONLY = BreakOpSpec(fn=add_counts, args={"x": _STEPS, "counts": _COUNTS}, dims=_DIMS)
+BOUNDED_GATHER = _gather_spec(gather_rows)
+READS_PAST_BOUND = _gather_spec(gather_next_rows)
+UNIQUE_UNPERMUTE = _unpermute_spec(unique=True)
+NEEDS_UNIQUE = _unpermute_spec(unique=False)
+
+CLEAN_FEATURES = ("MASKED_SCATTER", "INOUT_COUNTS", "BOUNDED_GATHER", "UNIQUE_UNPERMUTE")
+FAULTY_FEATURES: dict[str, str] = {
+    "WRITES_OUTSIDE_MASK": "masked writes",
+    "WRITES_READ_ONLY": "declared writes",
+    "READS_PAST_BOUND": "index bounds",
+    "NEEDS_UNIQUE": "unique indices",
+}
+FAULTY.update(FAULTY_FEATURES)
+
+
+def gather_trusting(x: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
+    # Trusts its indices at capture too, where they are garbage: an IndexError there (on a
+    # GPU a device-side assert, so it is planted for the simulator only).
+    out.copy_(x[positions])
+
+
+# Keeps every part of the contract checked on its own; the campaign finds it at capture.
+TRUSTS_CAPTURE_VALUES = _gather_spec(gather_trusting)

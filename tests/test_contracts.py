@@ -80,9 +80,11 @@ def _result(*kinds: str) -> CheckResult:
     return CheckResult("fuzz", 1, 0.1, findings)
 
 
-def test_only_target_bugs_fail_a_check():
-    assert [k for k in FINDING_KINDS if fails_certificate(k)] == ["target-bug"]
+def test_only_target_bugs_and_bugs_of_the_users_op_under_test_fail_a_check():
+    # op-bug: a user's op certified with --ops is broken; that certificate goes with the op.
+    assert [k for k in FINDING_KINDS if fails_certificate(k)] == ["target-bug", "op-bug"]
     assert _result().verdict == "pass"
+    assert _result("op-bug").verdict == "fail"
     assert _result("op-contract", "harness-error").verdict == "explained"
     assert _result("op-contract", "target-bug").verdict == "fail"
 

@@ -67,7 +67,7 @@ def test_campaign_finds_host_lengths_cached_per_buffer_and_reproducer_fails(bcg_
     result = run_campaign(config)
     assert result.findings, coverage.lines()
     text = result.reproducers[0]
-    assert "from tests.faulty_ops import FROZEN_BY_ADDRESS as _spec" in text
+    assert "_fresh_module('tests.faulty_ops').FROZEN_BY_ADDRESS" in text
     assert f"Fuzzer command: python -m verification fuzz-op {ref} " in text
     done = subprocess.run(
         [sys.executable, str(result.reproducer_paths[0])],
@@ -102,6 +102,7 @@ def test_fuzz_op_cli_names_the_broken_contract_and_counts_break_positions(bcg_ki
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "CONTRACT declared writes: it returns a fresh tensor instead of writing" in done.stdout
+    assert "vLLM" not in done.stdout  # the message fits every contract, `returns` too
     assert "ran in 3 of 3 programs" in done.stdout and "by break position: first" in done.stdout
 
 
@@ -126,20 +127,23 @@ def test_bad_op_spec_is_one_error_line_and_exit_2(capsys, ref, says):
     assert not captured.out
 
 
-def test_certify_with_ops_lists_the_op_its_coverage_and_its_broken_contract(bcg_kind, tmp_path):
+def test_certify_with_a_faulty_op_fails_naming_the_op_and_the_part(bcg_kind, tmp_path):
     out = tmp_path / "cert"
     ref = "tests.faulty_ops:FRESH_RETURN"
     argv = ["certify", "--device", bcg_kind, "--examples", "3", "--no-sensitivity"]
     argv += ["--ops", ref, "--out", str(out)]
-    # An op breaking its own contract is explained, not held against the target.
-    assert main(argv) == 0
+    # The certificate goes with the op's pull request too: a broken op fails it.
+    assert main(argv) == 1
     cert = json.loads((out / "certificate.json").read_text())
     (ops,) = [c for c in cert["checks"] if c["name"] == "ops"]
-    assert ops["verdict"] == "explained" and ops["examples"] >= 1
+    assert ops["verdict"] == "fail" and ops["examples"] >= 1
     assert any("fresh tensor" in f["message"] for f in ops["findings"])
     coverage = cert["coverage"]["registered_ops"]
     assert coverage[f"{ref} programs_with_op"] == coverage[f"{ref} programs"] >= 1
-    assert f"{ref} nested" in coverage and ref in (out / "certificate.md").read_text()
+    text = (out / "certificate.md").read_text()
+    assert "# Certificate for `breakable_cudagraph`: FAIL" in text
+    assert f"**op-bug** declared writes: op {ref}: it returns a fresh tensor" in text
+    assert f"{ref} nested" in coverage
 
 
 def test_certify_with_an_op_that_does_not_import_is_one_error_line(capsys, tmp_path):
@@ -160,4 +164,5 @@ def test_an_unjoined_op_is_judged_on_the_join_alone(monkeypatch, bcg_device):
     fakes = tuple((part, every_part_fails(part)) for part, _ in opcontract.CHECKS)
     monkeypatch.setattr(opcontract, "CHECKS", fakes)
     violations = diagnose(load_spec("tests.faulty_ops:UNJOINED_STREAM"), bcg_device, examples=1)
-    assert [v.violation for v in violations] == ["streams joined", "concurrent capture"]
+    kept = ["index bounds", "unique indices", "streams joined", "concurrent capture"]
+    assert [v.violation for v in violations] == kept

@@ -26,6 +26,7 @@ class FindingKind:
 
 TARGET_BUG = "target-bug"
 OP_CONTRACT = "op-contract"
+OP_BUG = "op-bug"
 HARNESS_ERROR = "harness-error"
 MEMORY_HELD = "memory-held"
 KNOWN_UNSAFE = "known-unsafe"
@@ -47,6 +48,12 @@ FINDING_KINDS: dict[str, FindingKind] = {
             False,
             "a break in the program broke the contract the target is judged by "
             "(under out-buffer: later steps read a fresh tensor the break returned)",
+        ),
+        FindingKind(
+            OP_BUG,
+            True,
+            "a user's break op under test (fuzz-op, certify --ops) broke its declared contract "
+            "or kept state across calls; it fails the certificate that goes with the op",
         ),
         FindingKind(
             HARNESS_ERROR,

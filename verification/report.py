@@ -8,6 +8,7 @@ exits non-zero while the bug is present and prints a pass line once it is fixed.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -83,6 +84,7 @@ def main():
     for replay in range(REPLAYS):
         seed = SEED + 1 + replay
         fresh = make_inputs(seed)
+        define_breaks()  # the reference shares no state with the captured run's breaks
         seed_rng(seed)
         expected = program(*[x.clone() for x in fresh])
         CALLS.clear()
@@ -122,7 +124,17 @@ def _break_definitions(program: Program, table: dict[str, OpSpec]) -> list[str]:
                 f"# step {index}: {spec.name}, run as an eager break\n"
                 f"@logged_break({index})\ndef step_{index}({signature}):\n    {result}{body}\n"
             )
-    return blocks
+    if not blocks:
+        return ["def define_breaks():\n    pass\n\n\ndefine_breaks()\n"]
+    names = ", ".join(f"step_{i}" for i, s in enumerate(program.steps) if s.brk)
+    # A function, as the fuzzer builds each run's break callables afresh: the eager
+    # reference then runs on breaks of its own, never on the module state of the captured
+    # run's (an op that freezes a host value at capture is caught that way).
+    body = textwrap.indent("\n\n".join(b.strip("\n") for b in blocks), "    ")
+    return [
+        f'def define_breaks():\n    """Defines each break step anew."""\n    global {names}\n'
+        f"{body}\n\n\ndefine_breaks()\n"
+    ]
 
 
 def _program_function(program: Program, table: dict[str, OpSpec]) -> str:
@@ -171,8 +183,14 @@ def render_reproducer(
     import_code = target.import_code or f"import {target.name} as target"
     # One line: exception texts can span many and must not end the docstring.
     summary = finding.summary().splitlines()[0].replace('"""', "'")
+    # A finding that blames a user's break op (fuzz-op) names the op, run by the target.
+    culprit = (
+        f"in a user's break op run by target {target.name}"
+        if finding.kind == "op-bug"
+        else f"in target {target.name}"
+    )
     header = (
-        f'"""Reproducer for a {finding.violation} finding ({finding.kind}) in target {target.name} ({device_kind}).\n\n'
+        f'"""Reproducer for a {finding.violation} finding ({finding.kind}) {culprit} ({device_kind}).\n\n'
         f"{summary}\nFuzzer command: {command}\nExits non-zero while the bug is present.\n"
         '"""\n\nimport functools\n\nimport torch\n\n'
     )

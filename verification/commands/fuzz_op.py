@@ -2,8 +2,10 @@
 
 It checks each op against its declared contract (:mod:`verification.userops.contract`), then
 runs a campaign whose every program calls the ops 1 to 3 times (:mod:`verification.userops`),
-and reports how often each op ran at each break position. Exit 0: clean; 1: a contract
-violation or a finding (with a reproducer that imports the user's module); 2: bad input.
+and reports how often each op ran at each break position. Every finding, a contract
+violation too, comes with a reproducer whose header is the ``fuzz-op`` command that finds it
+again; a fault of the op is an ``op-bug``, never the target's. Exit 0: clean; 1: a contract
+violation or a finding; 2: bad input (a malformed spec is one line).
 """
 
 from __future__ import annotations
@@ -21,15 +23,19 @@ from verification.commands.options import (
 )
 from verification.commands.progress import progress_bar
 from verification.devices import resolve_device
-from verification.errors import EXIT_FOUND, EXIT_OK
+from verification.errors import EXIT_FOUND, EXIT_OK, UsageError
 from verification.fuzz import run_campaign, run_isolated
+from verification.report import write_reproducer
 from verification.targets import load_target
 from verification.userops.campaign import (
+    CONTRACT_EXAMPLES,
     DEFAULT_MAX_BREAKS,
     DEFAULT_MAX_OPS,
     contract_violations,
     load_user_ops,
     op_campaign,
+    render_contract_reproducer,
+    settle_findings,
 )
 
 
@@ -48,8 +54,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--contract-examples",
         type=int,
-        default=5,
-        help="drawn calls per contract check (0 skips the checks)",
+        default=CONTRACT_EXAMPLES,
+        help="drawn calls per contract check (at least 1)",
     )
     parser.add_argument(
         "--isolate",
@@ -61,12 +67,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.contract_examples < 1:
+        raise UsageError(
+            f"--contract-examples {args.contract_examples}: need at least 1; the contract "
+            f"checks cannot be skipped"
+        )
     kind = resolve_device(args.device)
     target = load_target(args.target, args.contract)
     users = load_user_ops(args.specs)
     writable_dir(args.report, "--report")
     base = campaign_config(args, target, args.report)
-    config, coverage = op_campaign(base, args.specs, users, target, kind)
+    config, coverage = op_campaign(
+        base, args.specs, users, target, kind, contract_examples=args.contract_examples
+    )
     isolate = args.isolate if args.isolate is not None else kind == "cuda"
     if isolate:
         status, crashed = run_isolated(list(argv), config)
@@ -78,12 +91,31 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"contract of {ref}: {'BROKEN' if found else 'kept'} ({len(found)} violations)")
         for violation in found:
             print(f"  CONTRACT {violation.violation}: {violation.message}")
+    # Every finding gets a reproducer, contract violations too: each checks its part again.
+    written: list[Path] = []
+    command = config.command(target.name, kind)
+    for ref, found in violations.items():
+        for violation in found:
+            text = render_contract_reproducer(ref, violation, kind, command, target)
+            print(f"FINDING [{violation.kind}] contract {violation.violation}: {violation.message}")
+            print("---- reproducer ----")
+            print(text)
+            print("--------------------")
+            if args.report is not None:
+                name = f"contract_{len(written)}_{violation.violation.replace(' ', '_')}"
+                written.append(write_reproducer(args.report, name, text))
     with progress_bar(quiet=args.quiet) as (start, advance):
         start("fuzz-op", config.examples)
         result = run_campaign(config, progress=advance)
+    settle_findings(result, config, users, target, kind)
     print_findings(result)
+    for path in written:
+        print(f"reproducer written to {path}")
     for line in coverage.lines():
         print(line)
     broken = sum(len(v) for v in violations.values())
-    print(f"{result.summary_line().replace('fuzz:', 'fuzz-op:', 1)}, {broken} contract violations")
-    return EXIT_FOUND if broken or result.findings else EXIT_OK
+    total = broken + len(result.findings)
+    summary = result.summary_line().replace("fuzz:", "fuzz-op:", 1)
+    summary = summary.replace(f" {len(result.findings)} findings,", f" {total} findings,", 1)
+    print(f"{summary}, {broken} of them contract violations")
+    return EXIT_FOUND if total else EXIT_OK

@@ -10,17 +10,32 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import importlib.util
 import shlex
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from verification.devices import device_context
+import torch
+
+from verification.devices import device_context, resolve_device
 from verification.errors import UsageError
-from verification.findings import Finding
-from verification.fuzz import CampaignConfig
-from verification.programs import Program
-from verification.targets import Target
-from verification.userops.contract import broken, diagnose
+from verification.execute import (
+    BreakLog,
+    CapturedProgram,
+    run_eager,
+    run_steps,
+    seed_rng,
+    step_callables,
+)
+from verification.findings import OP_BUG, OP_CONTRACT, Finding
+from verification.fuzz import CampaignConfig, CampaignResult, report_findings
+from verification.ops.spec import TensorMeta
+from verification.oracle import compare, program_tolerance
+from verification.programs import Program, make_inputs, op_table
+from verification.targets import DEFAULT_TARGET, Target, load_target
+from verification.userops.contract import Case, broken, case_of, diagnose, recheck
 from verification.userops.programs import (
     POSITIONS,
     UserOp,
@@ -28,11 +43,14 @@ from verification.userops.programs import (
     op_catalog,
     op_programs,
     user_op,
+    value_names,
 )
 from verification.userops.spec import TensorArg, load_spec
 
 # Small base programs: the op is what varies.
 DEFAULT_MAX_OPS, DEFAULT_MAX_BREAKS = 4, 2
+# Drawn calls per contract check, unless a command says otherwise (at least 1).
+CONTRACT_EXAMPLES = 5
 
 
 def load_user_ops(refs: Sequence[str]) -> list[UserOp]:
@@ -89,18 +107,30 @@ class Coverage:
         }
 
 
-def command_line(specs: Sequence[str], config: CampaignConfig, target: Target, kind: str) -> str:
+def command_line(
+    specs: Sequence[str],
+    config: CampaignConfig,
+    target: Target,
+    kind: str,
+    contract_examples: int = CONTRACT_EXAMPLES,
+) -> str:
     """The ``fuzz-op`` command that reruns this campaign (and so reproduces its finding)."""
     return (
         f"python -m verification fuzz-op {' '.join(shlex.quote(s) for s in specs)} "
         f"--target {target.name} --contract {target.contract.name} --device {kind} "
         f"--seed {config.seed} --examples {config.examples} --max-ops {config.max_ops} "
-        f"--max-breaks {config.max_breaks} --replays {config.replays}"
+        f"--max-breaks {config.max_breaks} --replays {config.replays} "
+        f"--contract-examples {contract_examples}"
     )
 
 
 def op_campaign(
-    base: CampaignConfig, specs: Sequence[str], users: Sequence[UserOp], target: Target, kind: str
+    base: CampaignConfig,
+    specs: Sequence[str],
+    users: Sequence[UserOp],
+    target: Target,
+    kind: str,
+    contract_examples: int = CONTRACT_EXAMPLES,
 ) -> tuple[CampaignConfig, Coverage]:
     """``base`` (its sizes and budget) with programs that call ``users``, and the coverage
     counter that sees each program; ``specs`` are the refs the reproducer's command names."""
@@ -112,9 +142,216 @@ def op_campaign(
             users, max_ops=base.max_ops, max_breaks=base.max_breaks, contract=target.contract
         ),
         observe=coverage.observe,
-        command_line=command_line(specs, base, target, kind),
+        command_line=command_line(specs, base, target, kind, contract_examples),
     )
     return config, coverage
+
+
+def _ideal_replay_mismatch(
+    program: Program, table: dict, seed: int, replays: int, device: str, kind: str
+) -> str | None:
+    """Replays ``program`` as a perfect capture would, by running it eagerly again on the
+    static buffers with the same break callables (so the same op module state), and
+    compares each replay with a fresh eager reference: a difference is the op's alone."""
+    tol = program_tolerance(program, table)
+    callables = step_callables(program, table, lambda fn: fn, BreakLog())
+    static = [x.clone() for x in make_inputs(program, seed, device)]
+    for _ in range(2):  # the warm-up call, then the capture's
+        seed_rng(seed, kind)
+        run_steps(program, table, callables, static)
+    for replay in range(replays):
+        replay_seed = seed + 1 + replay
+        fresh = make_inputs(program, replay_seed, device)
+        expected = run_eager(program, table, fresh, replay_seed, kind)
+        for buffer, value in zip(static, fresh):
+            buffer.copy_(value)
+        seed_rng(replay_seed, kind)
+        outputs = run_steps(program, table, callables, static)
+        for index, (actual, want) in enumerate(zip(outputs, expected)):
+            problem = compare(actual, want, tol)
+            if problem is not None:
+                return f"replay {replay}, output {index}: {problem}"
+    return None
+
+
+def _raised_in_op(
+    program: Program,
+    table: dict,
+    target: Target,
+    seed: int,
+    replays: int,
+    device: str,
+    kind: str,
+    files: set[Path],
+) -> str | None:
+    """Captures and replays ``program`` again; an exception whose innermost frame (torch
+    and the simulator aside) is in a user op's module is the op's."""
+    where = "at capture"
+    try:
+        captured = CapturedProgram(
+            program, table, target, make_inputs(program, seed, device), seed, kind
+        )
+        for replay in range(replays):
+            where = f"at replay {replay}"
+            captured.replay(make_inputs(program, seed + 1 + replay, device), seed + 1 + replay)
+    except Exception as error:
+        # The simulator raises on behalf of the code that called it: look past it too.
+        skipped = (Path(torch.__file__).parent, Path(__file__).resolve().parents[1] / "sim")
+        frames = [
+            Path(f.filename).resolve()
+            for f in traceback.extract_tb(error.__traceback__)
+            if not any(Path(f.filename).resolve().is_relative_to(d) for d in skipped)
+        ]
+        if frames and frames[-1] in files:
+            text = str(error).strip().splitlines()
+            raised = f"{type(error).__name__}: {text[0] if text else ''}"
+            if where == "at capture":
+                return (
+                    f"the op raised {raised} at capture, where it runs on buffers no kernel "
+                    f"has filled yet (capture-time garbage): treat values it reads there as "
+                    f"untrusted (clamp indices, skip what is out of range) and never raise"
+                )
+            return f"the op raised {raised} {where}"
+    return None
+
+
+def op_fault(
+    finding: Finding, users: Sequence[UserOp], target: Target, kind: str, replays: int
+) -> str | None:
+    """Why a campaign finding is the user op's fault and not the target's, or None.
+
+    A mismatch that a perfect capture (running the program again eagerly, keeping the op's
+    module state) shows too comes from state the op keeps across calls; an exception raised
+    inside the op's own code is the op's.
+    """
+    program = finding.program
+    names = {op.name for u in users for op in (u.direct, u.nested)}
+    if program is None or finding.seed is None:
+        return None
+    if not any(step.op in names for step in program.steps):
+        return None
+    table = op_table(op_catalog(users))
+    files = {Path(u.loaded.path).resolve() for u in users if u.loaded.path is not None}
+    with device_context(kind) as device:
+        if finding.violation == "mismatch":
+            seen = _ideal_replay_mismatch(program, table, finding.seed, replays, device, kind)
+            if seen is not None:
+                return (
+                    "the op keeps state across calls: a program run again eagerly with the "
+                    "same op (as a perfect capture replays it) already differs from a first "
+                    f"run ({seen}). It freezes a host value or stashes a tensor at its first "
+                    "call, the capture; read inputs afresh on every call"
+                )
+        if finding.violation == "exception":
+            return _raised_in_op(program, table, target, finding.seed, replays, device, kind, files)
+    return None
+
+
+def name_arguments(finding: Finding, users: Sequence[UserOp]) -> Finding:
+    """``finding`` with the output it concerns named as the spec names it."""
+    if finding.index is None or finding.program is None:
+        return finding
+    value = finding.program.outputs[finding.index]
+    name = value_names(finding.program, users).get(value)
+    old = f"output {finding.index} (value {value})"
+    if name is None or old not in finding.message:
+        return finding
+    new = f"output {finding.index} (value {value}: {name})"
+    return dataclasses.replace(finding, message=finding.message.replace(old, new, 1))
+
+
+def settle_findings(
+    result: CampaignResult,
+    config: CampaignConfig,
+    users: Sequence[UserOp],
+    target: Target,
+    kind: str,
+) -> None:
+    """Names outputs by the spec's arguments and blames the user's op for what is its fault
+    (an ``op-bug``, never a target bug), then renders the reproducers again to match."""
+    if not result.findings:
+        return
+    settled = []
+    for finding in result.findings:
+        finding = name_arguments(finding, users)
+        names = {op.name for u in users for op in (u.direct, u.nested)}
+        calls = [s.op for s in finding.program.steps if s.op in names] if finding.program else []
+        reason = op_fault(finding, users, target, kind, config.replays)
+        if reason is None and finding.kind == OP_CONTRACT and calls:
+            reason = "the op broke the contract the target is judged by"
+        if reason is not None:
+            refs = sorted(
+                {u.loaded.ref for u in users if {u.direct.name, u.nested.name} & set(calls)}
+            )
+            message = f"op {', '.join(refs)}: {reason}. Seen as: {finding.message}"
+            finding = dataclasses.replace(finding, kind=OP_BUG, message=message)
+        settled.append(finding)
+    result.findings[:] = settled
+    result.reproducers.clear()
+    result.reproducer_paths.clear()
+    report_findings(result, config, target)
+
+
+def recheck_violation(
+    ref: str,
+    part: str,
+    case: Case | None,
+    kind: str,
+    target: str = DEFAULT_TARGET,
+    contract: str | None = None,
+) -> Finding | None:
+    """Checks one contract part of the op ``ref`` again: on the drawn ``case`` it broke on,
+    or (no case) against the target's contract. A contract reproducer calls this."""
+    user = user_op(load_spec(ref))
+    if case is None:
+        found = _return_under(user, load_target(target, contract))
+        return next((v for v in found if v.violation == part), None)
+    with device_context(resolve_device(kind)) as device:
+        return recheck(user.loaded, part, case, device)
+
+
+def _case_source(case: Case) -> str:
+    metas = ", ".join(f"TensorMeta({tuple(m.shape)!r}, {m.dtype})" for m in case.metas)
+    return (
+        f"Case(\n    binding={case.binding!r},\n    metas=({metas},),\n"
+        f"    params={case.params!r},\n    seed={case.seed},\n)"
+    )
+
+
+def render_contract_reproducer(
+    ref: str, violation: Finding, kind: str, command: str, target: Target
+) -> str:
+    """A standalone script that checks the broken part of ``ref``'s contract again (on the
+    call it broke on) and exits non-zero while it is still broken."""
+    summary = f"{violation.violation}: {violation.message}".replace('"""', "'")
+    drawn = case_of(violation)
+    case = "None" if drawn is None else _case_source(drawn)
+    module = ref.partition(":")[0]
+    root = str(Path.cwd())
+    try:
+        found = importlib.util.find_spec(module)
+        if found is not None and found.origin is not None:
+            root = str(Path(found.origin).resolve().parents[module.count(".")])
+    except (ImportError, ValueError):
+        pass
+    return (
+        f'"""Reproducer for an op finding in op {ref} ({kind}): contract part '
+        f"{violation.violation!r} broken.\n\n{summary}\nFuzzer command: {command}\n"
+        'Exits non-zero while the bug is present.\n"""\n\n'
+        "import sys\n\nimport torch\n\n"
+        f"if {root!r} not in sys.path:\n    sys.path.insert(0, {root!r})  # the op's module\n\n"
+        f"from {Case.__module__} import Case  # noqa: E402\n"
+        f"from {TensorMeta.__module__} import TensorMeta  # noqa: E402\n"
+        f"from {__name__} import recheck_violation  # noqa: E402\n\n"
+        f"CASE = {case}\n\n\n"
+        "def main():\n"
+        f"    violation = recheck_violation(\n        {ref!r}, {violation.violation!r}, CASE, "
+        f"{kind!r}, {target.name!r}, {target.contract.name!r}\n    )\n"
+        "    if violation is not None:\n"
+        '        sys.exit(f"contract part {violation.violation} broken: {violation.message}")\n'
+        '    print("reproducer passed: the op keeps this part of its contract")\n\n\n'
+        'if __name__ == "__main__":\n    main()\n'
+    )
 
 
 def _return_under(user: UserOp, target: Target) -> list[Finding]:
@@ -136,8 +373,6 @@ def contract_violations(
     users: Sequence[UserOp], target: Target, kind: str, examples: int, seed: int
 ) -> dict[str, list[Finding]]:
     """Each op's broken contract parts: the checks of :mod:`verification.userops.contract`."""
-    if examples <= 0:
-        return {u.loaded.ref: _return_under(u, target) for u in users}
     with device_context(kind) as device:
         return {
             u.loaded.ref: _return_under(u, target) + diagnose(u.loaded, device, examples, seed)

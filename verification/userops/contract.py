@@ -2,15 +2,17 @@
 
 :func:`diagnose` runs the op on its own, and beside an open capture, on inputs drawn from
 the spec, and returns one :class:`~verification.findings.Finding` per part of the contract it broke, in plain
-words: declared writes, dependence on earlier calls (a frozen host value or a stashed
-tensor), unjoined side streams, and calls that break a concurrent ``global``-mode capture.
-Every check is one entry of :data:`CHECKS`.
+words: declared writes (and masked writes), index bounds, duplicate indices, dependence on
+earlier calls (a frozen host value or a stashed tensor), unjoined side streams, and calls
+that break a concurrent ``global``-mode capture. Every check is one entry of :data:`CHECKS`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,20 +23,15 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from verification.findings import OP_CONTRACT, Finding
+from verification.findings import OP_BUG, Finding
 from verification.ops.spec import TensorMeta
 from verification.oracle import Tolerance, compare
 from verification.programs import input_expr
-from verification.userops.programs import draw_metas, producer
-from verification.userops.spec import BreakOpSpec, LoadedSpec
+from verification.userops.programs import coin_meta, draw_metas, fit_steps
+from verification.userops.spec import BreakOpSpec, LoadedSpec, TensorArg, resolve_bound
 
 # The check name of an op contract's findings; each names the broken part as its violation.
 CONTRACT = "contract"
-
-
-def broken(part: str, message: str) -> Finding:
-    """One broken part of an op's contract; ``message`` says how, and what to do instead."""
-    return Finding(OP_CONTRACT, CONTRACT, message, violation=part)
 
 
 @dataclass(frozen=True)
@@ -47,6 +44,27 @@ class Case:
     seed: int
 
 
+def broken(part: str, message: str, *, raised: bool = False, case: Case | None = None) -> Finding:
+    """One broken part of an op's contract; ``message`` says how, and what to do instead.
+
+    Its scenario keeps the drawn call it broke on (``case``, which :func:`recheck` runs
+    again in a reproducer) and whether the op raised rather than broke the part (another
+    part's finding may explain that)."""
+    scenario: tuple[tuple[str, Any], ...] = (("raised", raised),)
+    if case is not None:
+        scenario += (("case", case),)
+    return Finding(OP_BUG, CONTRACT, message, violation=part, scenario=scenario)
+
+
+def case_of(finding: Finding) -> Case | None:
+    """The drawn call a contract finding broke on, if any."""
+    return dict(finding.scenario).get("case")
+
+
+def _raised(finding: Finding) -> bool:
+    return bool(dict(finding.scenario).get("raised"))
+
+
 @st.composite
 def cases(draw: st.DrawFn, spec: BreakOpSpec) -> Case:
     binding = {d: draw(st.integers(lo, hi)) for d, (lo, hi) in spec.dims.items()}
@@ -56,26 +74,68 @@ def cases(draw: st.DrawFn, spec: BreakOpSpec) -> Case:
 
 
 def materialize(spec: BreakOpSpec, case: Case, seed: int, device: str) -> dict[str, torch.Tensor]:
-    """Argument values for ``case`` meeting the spec's value bounds (the fuzzer's producers)."""
+    """Argument values for ``case`` meeting the spec's declarations (the fuzzer's producers)."""
     g = torch.Generator().manual_seed(seed)
     values = {}
     for (name, arg), meta in zip(spec.args.items(), case.metas):
-        raw = eval(input_expr(meta), {"torch": torch, "g": g}).to(device)
-        fit, params = producer(arg, case.binding, meta.dtype)
-        values[name] = fit.run(raw, **params)  # type: ignore[misc]
+        value = eval(input_expr(meta), {"torch": torch, "g": g}).to(device)
+        for fit, params in fit_steps(arg, case.binding, meta.dtype):
+            if fit.arity == 2:
+                coin = eval(input_expr(coin_meta(arg, case.binding)), {"torch": torch, "g": g})
+                value = fit.run(value, coin.to(device), **params)  # type: ignore[misc]
+            else:
+                value = fit.run(value, **params)  # type: ignore[misc]
+        values[name] = value
     return values
 
 
 def _outputs(spec: BreakOpSpec, args: dict[str, torch.Tensor], result: Any) -> list[torch.Tensor]:
     """What later code reads after a call: the written arguments, then a returned tensor."""
-    outs = [args[w].clone() for w in spec.writes]
+    outs = [args[w].clone() for w in spec.written]
     if isinstance(result, torch.Tensor):
         outs.append(result.clone())
     return outs
 
 
+_FLOAT8 = {
+    getattr(torch, name)
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
+    if hasattr(torch, name)
+}
+
+
+def _comparable(t: torch.Tensor) -> torch.Tensor:
+    # Float8 has no comparison kernels; float32 holds each of its values exactly.
+    return t.float() if t.dtype in _FLOAT8 else t
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return compare(a, b) is None
+    return compare(_comparable(a), _comparable(b)) is None
+
+
+def _changed(after: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
+    """Elementwise: True where ``after`` differs from ``before`` (NaN equals NaN)."""
+    a, b = _comparable(after).cpu(), _comparable(before).cpu()
+    if a.is_complex():
+        return _changed(torch.view_as_real(a), torch.view_as_real(b)).any(-1)
+    differ = a != b
+    if a.dtype.is_floating_point:
+        differ &= ~(a.isnan() & b.isnan())
+    return differ
+
+
+def fill_values(dtype: torch.dtype) -> tuple[Any, Any]:
+    """Two values every element of ``dtype`` can hold and an op is unlikely to write: the
+    declared-writes check fills outputs with each and sees which elements changed."""
+    if dtype == torch.bool:
+        return False, True
+    if dtype.is_complex:
+        return -7777 - 7777j, 7777 + 7777j
+    if dtype.is_floating_point:
+        big = min(7777.0, torch.finfo(dtype).max / 2)  # float8 e4m3fn holds at most 448
+        return -big, big
+    info = torch.iinfo(dtype)
+    return max(info.min, -7777) + 1, min(info.max, 7777) - 1
 
 
 def _shares_storage(t: torch.Tensor, args: dict[str, torch.Tensor]) -> bool:
@@ -83,26 +143,57 @@ def _shares_storage(t: torch.Tensor, args: dict[str, torch.Tensor]) -> bool:
     return any(a.untyped_storage().data_ptr() == ptr for a in args.values())
 
 
+def _mask(
+    spec: BreakOpSpec, name: str, args: dict[str, torch.Tensor], params: dict[str, Any]
+) -> torch.Tensor | None:
+    """Where a call may write ``name`` (None: anywhere), as a bool tensor of its shape."""
+    if spec.partial.get(name) is None:
+        return None
+    mask = spec.partial[name](**args, **params)  # type: ignore[misc]
+    return torch.as_tensor(mask).to(torch.bool).cpu().expand(args[name].shape)
+
+
+def _first_index(where: torch.Tensor) -> tuple[int, ...]:
+    return tuple(where.nonzero()[0].tolist())
+
+
 Check = Callable[[LoadedSpec, Case, str], "Finding | None"]
 
 
 def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
-    """Writes exactly the declared arguments, and returns what it declares."""
+    """Writes exactly the declared arguments (the partial ones within their masks), and
+    returns what it declares."""
     spec = loaded.spec
-    untouched = set(spec.writes)
-    for sentinel in (-7777, 7777):
+    untouched = {n for n in spec.writes if n not in spec.partial}
+    for pick in (0, 1):
         args = materialize(spec, case, case.seed, device)
         for name in spec.writes:
-            args[name].fill_(sentinel > 0 if args[name].dtype == torch.bool else sentinel)
+            args[name].fill_(fill_values(args[name].dtype)[pick])
+        masks = {n: _mask(spec, n, args, case.params) for n in spec.partial}
         before = {n: t.clone() for n, t in args.items()}
         result = spec.call(*args.values(), **case.params)
         for name in spec.args:
-            if name not in spec.writes and not _same(args[name], before[name]):
+            if name not in spec.written and not _same(args[name], before[name]):
                 return broken(
                     "declared writes",
-                    f"it writes argument {name!r}, which writes= does not declare; graph "
-                    f"segments after the break read {name!r} as it was. Declare it in "
-                    f"writes=, or compute into a copy.",
+                    f"it writes argument {name!r}, which its spec declares read-only (in neither "
+                    f"writes= nor inout=): graph segments after the break then read the "
+                    f"modified {name!r}, and everything trusting the spec (this harness, a "
+                    f"caller reusing the buffer) expects it unchanged. Declare it in inout= "
+                    f"if the op reads and updates it, or compute into a copy.",
+                )
+        for name, mask in masks.items():
+            if mask is None:
+                continue
+            outside = _changed(args[name], before[name]) & ~mask
+            if bool(outside.any()):
+                return broken(
+                    "masked writes",
+                    f"it writes {name!r} outside the elements its partial= mask allows: "
+                    f"{int(outside.sum())} element(s), first at index {_first_index(outside)} "
+                    f"({_describe(case)}). Graph segments after the break read those "
+                    f"elements, which the op must leave as they were (e.g. padding slots -1 "
+                    f"write nothing; a negative index writes the last row).",
                 )
         untouched = {n for n in untouched if _same(args[n], before[n])}
     for name in sorted(untouched):
@@ -110,15 +201,100 @@ def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Findin
             return broken(
                 "declared writes",
                 f"it returns a fresh tensor instead of writing its declared output {name!r} "
-                f"in place ({name!r} is left untouched). Graph segments after the break read "
-                f"{name!r}, and vLLM's contract never refreshes a returned tensor at replay. "
-                f"Write the result into {name!r} (e.g. {name}.copy_(result)) and return None.",
+                f"in place ({name!r} is left untouched): graph segments after the break read "
+                f"{name!r}, which the call never writes. Write the result into {name!r} "
+                f"(e.g. {name}.copy_(result)) and return None.",
             )
         return broken(
             "declared writes",
-            f"it never writes its declared output {name!r}; write it on every call.",
+            f"it never writes its declared output {name!r}; write it on every call, or "
+            f"declare in partial= which elements a call may leave unwritten.",
         )
     return _return_problem(spec, args, result)
+
+
+def _index_args(spec: BreakOpSpec, case: Case) -> list[tuple[str, TensorArg, torch.dtype]]:
+    """The integer arguments with both bounds: indices, which an op may read through."""
+    return [
+        (name, arg, meta.dtype)
+        for (name, arg), meta in zip(spec.args.items(), case.metas)
+        if arg.low is not None
+        and arg.high is not None
+        and not meta.dtype.is_floating_point
+        and meta.dtype != torch.bool
+    ]
+
+
+def _call_with(
+    spec: BreakOpSpec, case: Case, device: str, name: str, value: torch.Tensor
+) -> BaseException | None:
+    args = materialize(spec, case, case.seed, device)
+    args[name] = value.to(device=device, dtype=args[name].dtype)
+    try:
+        spec.call(*args.values(), **case.params)
+    except Exception as error:
+        return error
+    return None
+
+
+def _counting(shape: tuple[int, ...], start: int, step: int, low: int, high: int) -> torch.Tensor:
+    """Values from ``start`` by ``step``, distinct while [low, high] has room, then cycling."""
+    span = high - low + 1
+    offsets = (start - low + step * torch.arange(max(1, math.prod(shape)))).remainder(span)
+    return (low + offsets).reshape(shape)
+
+
+def check_index_bounds(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
+    """Runs when each index argument holds its declared bounds, the values the spec allows
+    that random draws reach least often (the other elements distinct, counting away)."""
+    spec = loaded.spec
+    for name, arg, _ in _index_args(spec, case):
+        shape = tuple(case.metas[list(spec.args).index(name)].shape)
+        low = int(resolve_bound(arg.low, case.binding))  # type: ignore[arg-type]
+        high = int(resolve_bound(arg.high, case.binding))  # type: ignore[arg-type]
+        for label, bound, value, step in (("high", arg.high, high, -1), ("low", arg.low, low, 1)):
+            error = _call_with(spec, case, device, name, _counting(shape, value, step, low, high))
+            if error is not None:
+                return broken(
+                    "index bounds",
+                    f"it fails when {name!r} holds its declared bound {label}={bound!r} = "
+                    f"{value} ({_describe(case)}): {_first_line(error)}. The spec allows that "
+                    f"value: read within the bounds, or declare the bound the op needs.",
+                    raised=True,
+                )
+    return None
+
+
+def check_duplicate_indices(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
+    """Runs when an index argument not declared unique repeats a value."""
+    spec = loaded.spec
+    for name, arg, _ in _index_args(spec, case):
+        shape = tuple(case.metas[list(spec.args).index(name)].shape)
+        if arg.unique or math.prod(shape) < 2:
+            continue
+        low = int(resolve_bound(arg.low, case.binding))  # type: ignore[arg-type]
+        high = int(resolve_bound(arg.high, case.binding))  # type: ignore[arg-type]
+        distinct = _counting(shape, low, 1, low, high)
+        if _call_with(spec, case, device, name, distinct) is not None:
+            continue  # fails on these values without repeats: not this part's finding
+        # Every element the first one's value, which the op just handled.
+        repeated = distinct.flatten()[0].expand(shape).clone()
+        error = _call_with(spec, case, device, name, repeated)
+        if error is not None:
+            return broken(
+                "unique indices",
+                f"it fails when {name!r} repeats a value ({low} in every element), which its "
+                f"spec allows ({_describe(case)}): {_first_line(error)}. If the op needs "
+                f"distinct values (slots, a permutation), declare "
+                f"TensorArg(..., unique=True); otherwise handle repeats.",
+                raised=True,
+            )
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
 def _return_problem(
@@ -190,7 +366,7 @@ def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Finding 
     clean = {n: t.clone() for n, t in new.items()}
     first = _outputs(spec, clean, reference_spec.call(*clean.values(), **case.params))
     stashed = _tensor_state(module_globals) > tensors_before
-    if all(compare(a, b, tol) is None for a, b in zip(used, first)):
+    if all(compare(_comparable(a), _comparable(b), tol) is None for a, b in zip(used, first)):
         return None
     if stashed:
         return broken(
@@ -198,7 +374,7 @@ def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Finding 
             "it stashes a tensor in module state on its first call (at capture, in a "
             "graph) and reads it on later calls, so a replay sees what the capture-time "
             "call left there instead of the new inputs. Keep tensors the op needs across "
-            "calls in buffers the caller passes (declared in writes=), refreshed every call.",
+            "calls in buffers the caller passes (declared in inout=), refreshed every call.",
         )
     return broken(
         "no state across calls",
@@ -343,6 +519,8 @@ def check_concurrent_global_capture(loaded: LoadedSpec, case: Case, device: str)
 # Order matters only for reading: each check reports independently of the others, except
 # that an op leaving work unjoined is judged on that alone (see RACED).
 CHECKS: tuple[tuple[str, Check], ...] = (
+    ("index bounds", check_index_bounds),
+    ("unique indices", check_duplicate_indices),
     ("declared writes", check_declared_writes),
     ("no state across calls", check_earlier_calls),
     ("streams joined", check_streams_joined),
@@ -354,6 +532,8 @@ CHECKS: tuple[tuple[str, Check], ...] = (
 # the op left on an unjoined stream, so on a GPU they may look wrong or stale when only the
 # join is missing (the H200 showed both); the join is then the one part reported.
 RACED = ("declared writes", "no state across calls")
+# The checks that feed an index argument a value the spec allows but draws seldom.
+VALUE_PARTS = ("index bounds", "unique indices")
 UNJOINED = "streams joined"
 
 
@@ -385,14 +565,20 @@ def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) 
                     part,
                     f"the op raised {type(error).__name__}: {first[0] if first else ''} "
                     f"on arguments its spec allows ({_describe(case)})",
+                    raised=True,
                 )
             if violation is not None:
-                found[part] = violation
+                found[part] = dataclasses.replace(
+                    violation, scenario=(*violation.scenario, ("case", case))
+                )
 
     run()
     if UNJOINED in found:
         for part in RACED:
             found.pop(part, None)
+    if any(part in found for part in VALUE_PARTS):
+        # The op failing on an index value explains its failing in the other checks too.
+        found = {p: v for p, v in found.items() if p in VALUE_PARTS or not _raised(v)}
     return [found[part] for part, _ in CHECKS if part in found]
 
 
@@ -400,3 +586,12 @@ def _describe(case: Case) -> str:
     dims = ", ".join(f"{k}={v}" for k, v in case.binding.items())
     params = ", ".join(f"{k}={v!r}" for k, v in case.params.items())
     return "; ".join(p for p in (dims, params) if p) or "no dims"
+
+
+def recheck(loaded: LoadedSpec, part: str, case: Case, device: str) -> Finding | None:
+    """Runs the check of ``part`` again on ``case``: what a violation's reproducer does."""
+    check = dict(CHECKS)["declared writes" if part == "masked writes" else part]
+    try:
+        return check(loaded, case, device)
+    except Exception as error:
+        return broken(part, f"the op raised {_first_line(error)}", raised=True, case=case)

@@ -10,6 +10,7 @@ each call landed: ``first``, ``last``, ``adjacent``, ``nested`` or ``middle``.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,7 +22,15 @@ from hypothesis import strategies as st
 
 from verification.contracts import Contract
 from verification.ops.spec import OpSpec, Params, TensorMeta
-from verification.programs import Program, Step, default_ops, op_table, programs, with_drops
+from verification.programs import (
+    Program,
+    Step,
+    default_ops,
+    op_table,
+    produces_value,
+    programs,
+    with_drops,
+)
 from verification.userops.spec import (
     Binding,
     BreakOpSpec,
@@ -57,6 +66,34 @@ FIT_FLOAT = OpSpec(
     run=lambda x, *, low, high: x.clamp(low, high),
 )
 FIT_COPY = OpSpec("opfit_copy", 1, _same, "{0}.clone()", run=lambda x: x.clone())
+# Distinct values in [low, low + step * numel): a permutation (the order of the raw values)
+# spread by ``step``, shifted within a step by the raw first value.
+_UNIQUE = (
+    "({0}.flatten().argsort(stable=True) * {step} + {0}.flatten()[0].remainder({step}) + {low})"
+    ".reshape({0}.shape).to({0}.dtype)"
+)
+FIT_UNIQUE = OpSpec(
+    "opfit_unique",
+    1,
+    _same,
+    _UNIQUE,
+    run=lambda x, *, step, low: (
+        (x.flatten().argsort(stable=True) * step + x.flatten()[0].remainder(step) + low)
+        .reshape(x.shape)
+        .to(x.dtype)
+    ),
+)
+# The sentinel where a raw coin input (uniform over 16 values) falls below ``below``.
+_SENTINEL = "torch.where({1}.remainder(16) < {below}, {value}, {0})"
+FIT_SENTINEL = OpSpec(
+    "opfit_sentinel",
+    2,
+    _same,
+    _SENTINEL,
+    run=lambda x, coin, *, below, value: torch.where(coin.remainder(16) < below, value, x),
+)
+# make_inputs draws signed integers from [-8, 8): a coin of 16 equally likely values.
+COIN_SPAN = 16
 
 
 def _fit_int_(x: torch.Tensor, *, span: int, low: int) -> None:
@@ -65,6 +102,14 @@ def _fit_int_(x: torch.Tensor, *, span: int, low: int) -> None:
 
 def _fit_float_(x: torch.Tensor, *, low: float | None, high: float | None) -> None:
     x.clamp_(low, high)
+
+
+def _fit_unique_(x: torch.Tensor, *, step: int, low: int) -> None:
+    x.copy_(FIT_UNIQUE.run(x, step=step, low=low))  # type: ignore[misc]
+
+
+def _fit_sentinel_(x: torch.Tensor, coin: torch.Tensor, *, below: int, value: float) -> None:
+    x.copy_(FIT_SENTINEL.run(x, coin, below=below, value=value))  # type: ignore[misc]
 
 
 # The same fits in place and returning nothing: as eager breaks they keep every contract,
@@ -76,7 +121,23 @@ FIT_INT_ = OpSpec(
 FIT_FLOAT_ = OpSpec(
     "opfit_float_", 1, _same, "{0}.clamp_({low}, {high})", run=_fit_float_, **INPLACE
 )
-PRODUCERS = (FIT_INT, FIT_FLOAT, FIT_COPY, FIT_INT_, FIT_FLOAT_)
+FIT_UNIQUE_ = OpSpec(
+    "opfit_unique_", 1, _same, "{0}.copy_(" + _UNIQUE + ")", run=_fit_unique_, **INPLACE
+)
+FIT_SENTINEL_ = OpSpec(
+    "opfit_sentinel_", 2, _same, "{0}.copy_(" + _SENTINEL + ")", run=_fit_sentinel_, **INPLACE
+)
+PRODUCERS = (
+    FIT_INT,
+    FIT_FLOAT,
+    FIT_COPY,
+    FIT_UNIQUE,
+    FIT_SENTINEL,
+    FIT_INT_,
+    FIT_FLOAT_,
+    FIT_UNIQUE_,
+    FIT_SENTINEL_,
+)
 
 
 @dataclass(frozen=True)
@@ -139,13 +200,29 @@ def _identifier(name: str) -> str:
 
 
 def _import_source(loaded: LoadedSpec) -> str:
-    lines = ["import sys", ""]
+    lines = ["import importlib", "import importlib.util", "import sys", ""]
     if loaded.path is not None:
         # The directory the user's top-level package lives in, so a reproducer run from
         # anywhere imports the same module.
         root = str(Path(loaded.path).resolve().parents[loaded.module.count(".")])
         lines += [f"if {root!r} not in sys.path:", f"    sys.path.insert(0, {root!r})", ""]
-    lines.append(f"from {loaded.module} import {loaded.attr} as _spec  # the op under test")
+    lines += [
+        "",
+        "def _fresh_module(name):",
+        '    """A new copy of the op\'s module: each run of the program (the eager reference,',
+        "    the captured run) gets its own module state, as separate processes would, so an op",
+        '    keeping state across calls cannot hide it by sharing that state with the reference."""',
+        "    try:",
+        "        found = importlib.util.find_spec(name)",
+        "        module = importlib.util.module_from_spec(found)",
+        "        found.loader.exec_module(module)",
+        "        return module",
+        "    except Exception:  # a module that cannot run twice (it registers something)",
+        "        return importlib.import_module(name)",
+        "",
+        "",
+        f"_spec = _fresh_module({loaded.module!r}).{loaded.attr}  # the op under test",
+    ]
     return "\n".join(lines) + "\n\n"
 
 
@@ -204,20 +281,35 @@ def draw_metas(draw: st.DrawFn, spec: BreakOpSpec, binding: Binding) -> list[Ten
     return [TensorMeta(resolve_shape(a, binding), dtypes[n]) for n, a in spec.args.items()]
 
 
-def producer(
+def fit_steps(
     arg: TensorArg, binding: Binding, dtype: torch.dtype, inplace: bool = False
-) -> tuple[OpSpec, dict]:
-    """The step that makes a raw input satisfy ``arg``'s value bounds (a copy if unbounded);
-    ``inplace`` (bounded arguments only) fits the input itself and returns nothing."""
+) -> list[tuple[OpSpec, dict]]:
+    """The steps that make a raw input satisfy ``arg`` (bounds or distinct values, then the
+    sentinel, which takes a raw coin input as its second argument); a copy if it needs none.
+    ``inplace`` (fitted arguments only) fits the input itself and returns nothing."""
     low, high = resolve_bound(arg.low, binding), resolve_bound(arg.high, binding)
-    if not arg.bounded:
-        return FIT_COPY, {}
-    if dtype.is_floating_point:
-        return (FIT_FLOAT_ if inplace else FIT_FLOAT), {"low": low, "high": high}
-    if low is None:
-        low = int(high) - _RAW_INT_SPAN + 1  # type: ignore[arg-type]
-    span = _RAW_INT_SPAN if high is None else int(high) - int(low) + 1
-    return (FIT_INT_ if inplace else FIT_INT), {"span": span, "low": int(low)}
+    steps: list[tuple[OpSpec, dict]] = []
+    if arg.unique:
+        span = int(high) - int(low) + 1  # type: ignore[arg-type]
+        step = span // max(1, math.prod(resolve_shape(arg, binding)))
+        steps.append((FIT_UNIQUE_ if inplace else FIT_UNIQUE, {"step": step, "low": int(low)}))  # type: ignore[arg-type]
+    elif arg.bounded and dtype.is_floating_point:
+        steps.append((FIT_FLOAT_ if inplace else FIT_FLOAT, {"low": low, "high": high}))
+    elif arg.bounded:
+        if low is None:
+            low = int(high) - _RAW_INT_SPAN + 1  # type: ignore[arg-type]
+        span = _RAW_INT_SPAN if high is None else int(high) - int(low) + 1
+        steps.append((FIT_INT_ if inplace else FIT_INT, {"span": span, "low": int(low)}))
+    if arg.sentinel is not None:
+        below = max(1, round(arg.rate * COIN_SPAN))
+        fit = FIT_SENTINEL_ if inplace else FIT_SENTINEL
+        steps.append((fit, {"below": below, "value": arg.sentinel}))
+    return steps or [(FIT_COPY, {})]
+
+
+def coin_meta(arg: TensorArg, binding: Binding) -> TensorMeta:
+    """The raw input a sentinel fit draws its coin from."""
+    return TensorMeta(resolve_shape(arg, binding), torch.int64)
 
 
 def _consumers(catalog: Sequence[OpSpec], meta: TensorMeta) -> list[OpSpec]:
@@ -247,31 +339,37 @@ def _call_chain(
     spec = user.spec
     binding = {d: draw(st.integers(lo, hi)) for d, (lo, hi) in spec.dims.items()}
     metas = draw_metas(draw, spec, binding)
+    coins: dict[int, int] = {}
+    for index, arg in enumerate(spec.args.values()):
+        if arg.sentinel is not None:
+            coins[index] = len(metas)
+            metas.append(coin_meta(arg, binding))
     env = list(metas)
     steps: list[Step] = []
     args: list[int] = []
     for index, arg in enumerate(spec.args.values()):
-        # A raw input for unbounded arguments; bounded ones are fitted by a captured step or
-        # in place by an eager one, and a call first in the capture has no captured producer.
-        modes = ["eager"] if arg.bounded else ["raw"]
+        # A raw input for unfitted arguments; fitted ones are fitted by captured steps or
+        # in place by eager ones, and a call first in the capture has no captured producer.
+        modes = ["eager"] if arg.fitted else ["raw"]
         if where != "first":
             modes.append("captured")
         mode = draw(st.sampled_from(modes))
         if mode == "raw":
             args.append(index)
             continue
-        fit, params = producer(arg, binding, metas[index].dtype, inplace=mode == "eager")
-        items = tuple(sorted(params.items()))
-        steps.append(Step(fit.name, (index,), items, mode == "eager"))
-        if fit.outputs:
-            args.append(len(env))
-            env.append(metas[index])
-        else:
-            args.append(index)
+        value = index
+        for fit, params in fit_steps(arg, binding, metas[index].dtype, mode == "eager"):
+            items = tuple(sorted(params.items()))
+            operands = (value, coins[index]) if fit.arity == 2 else (value,)
+            steps.append(Step(fit.name, operands, items, mode == "eager"))
+            if fit.outputs:
+                value = len(env)
+                env.append(metas[index])
+        args.append(value)
     op = user.nested if draw(st.integers(0, 3)) == 0 else user.direct
     params = draw(st.fixed_dictionaries(dict(spec.params)))
     steps.append(Step(op.name, tuple(args), tuple(sorted(params.items())), True))
-    results = [args[list(spec.args).index(w)] for w in spec.writes]
+    results = [args[list(spec.args).index(w)] for w in spec.written]
     if op.outputs:
         out = op.infer([env[a] for a in args], params)
         if isinstance(spec.returns, TensorArg):
@@ -388,3 +486,30 @@ def break_positions(program: Program, user_op_names: set[str]) -> list[set[str]]
             where.add("middle")
         found.append(where)
     return found
+
+
+def value_names(program: Program, users: Sequence[UserOp]) -> dict[int, str]:
+    """What each program value is, in the spec's words, for values a user op wrote or
+    returned and those computed from them: findings name ``'kv_cache'``, not value 4."""
+    by_op = {op.name: user for user in users for op in (user.direct, user.nested)}
+    table = op_table(op_catalog(users))
+    names: dict[int, str] = {}
+    value = len(program.inputs)
+    for index, step in enumerate(program.steps):
+        user = by_op.get(step.op)
+        if user is not None:
+            spec = user.spec
+            for position, arg in enumerate(step.args):
+                name = list(spec.args)[position]
+                if name in spec.written:
+                    names[arg] = f"argument {name!r} of {spec.op_name} (step {index})"
+        if not produces_value(table[step.op]):
+            continue
+        if user is not None:
+            names[value] = f"the tensor {user.spec.op_name} returns (step {index})"
+        else:
+            sources = [names[a] for a in step.args if a in names]
+            if sources:
+                names[value] = f"computed from {sources[0].split(' (step')[0]}"
+        value += 1
+    return names
