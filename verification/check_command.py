@@ -27,6 +27,7 @@ from verification.properties import PROPERTIES
 from verification.properties.base import CheckConfig, CheckResult, PropertyFinding
 from verification.properties.reproduce import render, write
 from verification.targets import DEFAULT_TARGET, load_target
+from verification.targets.upstream import add_target_path
 
 DEFAULT_CYCLES = 100
 
@@ -36,6 +37,7 @@ def add_parser(commands: Any, count: Any) -> None:
     check = commands.add_parser("check", help="run property checks against a target")
     check.add_argument("property", choices=(*PROPERTIES, "all"), metavar="PROPERTY|all")
     check.add_argument("--target", default=DEFAULT_TARGET, help="importable module under test")
+    add_target_path(check)
     check.add_argument("--contract", help=f"break contract ({', '.join(CONTRACTS)})")
     check.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
     check.add_argument("--examples", type=count(1), default=25, help="hypothesis budget")

@@ -26,6 +26,7 @@ from verification.mutation import command as mutate_command
 from verification.mutation.check import mutation_check
 from verification.progress import progress_bar
 from verification.targets import DEFAULT_TARGET, load_target
+from verification.targets.upstream import add_target_path, use_target_path
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE = 0, 1, 2
 
@@ -51,6 +52,7 @@ def _count(minimum: int):
 def _common(parser: argparse.ArgumentParser, defaults: bool) -> None:
     """Options of both commands; ``defaults=False`` leaves budgets to certify's profile."""
     parser.add_argument("--target", default=DEFAULT_TARGET, help="importable module under test")
+    add_target_path(parser)
     parser.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
     parser.add_argument(
         "--contract",
@@ -164,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
+        use_target_path(args)
         if args.command == "fuzz":
             return _fuzz(args, argv)
         if args.command == "mutate":
