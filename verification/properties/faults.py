@@ -426,7 +426,9 @@ def collector_problem(config: CheckConfig, notes: list[str] | None = None) -> st
         return collector_scenario_problem(config, caller_freezes=False)
     problem = collector_scenario_problem(config, caller_freezes=True)
     if problem is None and notes is not None:
-        if collector_scenario_problem(config, caller_freezes=False) is not None:
+        relies = collector_scenario_problem(config, caller_freezes=False) is not None
+        _generator_left_capturing(config.device)  # the broken capture may leave it capturing
+        if relies:
             notes.append(config.target.contract.reliance_note(COLLECTOR))
     return problem
 
