@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from verification.targets.upstream import TARGET_PATH_ENV
+
 ROOT = Path(__file__).resolve().parent.parent
 REPRODUCERS = ROOT / "results" / "upstream" / "reproducers"
 # Which engines each reproducer shows a bug in (results/upstream/README.md).
@@ -52,9 +54,14 @@ print(json.dumps(outcome))
 """
 
 
+def _available(engine: str) -> bool:
+    """Installed, or a checkout given to the targets (the device machine: .upstream/)."""
+    return importlib.util.find_spec(engine) is not None or bool(os.environ.get(TARGET_PATH_ENV))
+
+
 @pytest.mark.parametrize("name", list(FAILS_ON))
 def test_reproducer_fails_on_the_engines_it_reports_and_passes_on_this_library(bcg_kind, name):
-    engines = [e for e in FAILS_ON[name] if importlib.util.find_spec(e) is not None]
+    engines = [e for e in FAILS_ON[name] if _available(e)]
     if not engines:
         pytest.skip(f"{' and '.join(FAILS_ON[name])} not installed")
     done = subprocess.run(

@@ -52,7 +52,9 @@ def _register_stand_ins(runtime: Any) -> None:
         "sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor",
         weak_ref_tensors=_weak_ref_tensors,
     )
-    if "cuda.bindings" not in sys.modules:
+    try:
+        import cuda.bindings.runtime  # noqa: F401  (installed: the module imports it as is)
+    except ImportError:
         stand("cuda.bindings", runtime=runtime)
 
 
