@@ -4,7 +4,7 @@ is not installed (``pip install --no-deps vllm==0.33.0 sglang==0.5.23``)."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -56,7 +56,11 @@ print(json.dumps(outcome))
 
 def _available(engine: str) -> bool:
     """Installed, or a checkout given to the targets (the device machine: .upstream/)."""
-    return importlib.util.find_spec(engine) is not None or bool(os.environ.get(TARGET_PATH_ENV))
+    try:
+        importlib.metadata.distribution(engine)
+    except importlib.metadata.PackageNotFoundError:
+        return bool(os.environ.get(TARGET_PATH_ENV))
+    return True
 
 
 @pytest.mark.parametrize("name", list(FAILS_ON))

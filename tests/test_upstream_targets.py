@@ -4,7 +4,7 @@ package is one line and exit 2; the stand-ins behave as upstream documents."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -23,17 +23,24 @@ SGLANG_DIR = "sglang/srt/model_executor/runner_backend_utils/breakable_cuda_grap
 
 
 def _installed(package: str) -> Path:
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
+    """Where the installed distribution lives (its metadata: the name may hold a stand-in)."""
+    if os.environ.get(upstream.TARGET_PATH_ENV):
+        pytest.skip("the targets load a checkout here (BCG_TARGET_PATH)")
+    try:
+        return Path(str(importlib.metadata.distribution(package).locate_file("")))
+    except importlib.metadata.PackageNotFoundError:
         pytest.skip(f"{package} is not installed (pip install --no-deps {package})")
-    return Path(next(iter(spec.submodule_search_locations))).parent
 
 
 def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        env={
+            **{k: v for k, v in os.environ.items() if k != upstream.TARGET_PATH_ENV},
+            "PYTHONPATH": str(ROOT),
+            **(env or {}),
+        },
         capture_output=True,
         text=True,
         timeout=300,

@@ -64,7 +64,10 @@ def package_root(package: str, relative: str, target: str) -> tuple[Path, str]:
             f"target {target} needs {package}/{relative} under --target-path {given!r}; "
             "none is there"
         )
-    spec = importlib.util.find_spec(package)
+    try:
+        spec = importlib.util.find_spec(package)
+    except ValueError:  # a stand-in of ours holds the name: the other target loaded first
+        spec = None
     if spec is not None and spec.submodule_search_locations:
         for location in spec.submodule_search_locations:
             if (Path(location) / relative).is_file():
