@@ -17,7 +17,8 @@ from typing import Any
 import torch
 
 from bench import micro, report, targets, transformer
-from verification.devices import UsageError, device_context, resolve_device
+from verification.devices import device_context, resolve_device
+from verification.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = {"ops": 9, "breaks": [0, 1, 4], "numel": 256, "rounds": 2, "n": 2, "batches": [1]}

@@ -12,11 +12,12 @@ from typing import Any
 import torch
 from hypothesis import settings
 
-from tests.planted_property_targets import build as planted
 from tests.property_checks import CI_CYCLES
-from tests.vllm_minimal import build as minimal
-from verification.check_command import run_properties
-from verification.contracts import CALLER_DUTY, COLLECTOR, ONE_CAPTURING_THREAD, get_contract
+from verification.certify.property_check import run_properties
+from verification.contracts import COLLECTOR, ONE_CAPTURING_THREAD, get_contract
+from verification.findings import CALLER_DUTY
+from verification.planted.property_targets import build as planted
+from verification.planted.vllm_minimal import build as minimal
 from verification.properties.base import CheckConfig
 from verification.properties.faults import collector_problem
 from verification.properties.threads import _bug

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
-from tests.planted_property_targets import BUGS
 from tests.property_checks import check, failing
-from verification.check_command import run_properties
+from verification.certify.property_check import run_properties
+from verification.planted.property_targets import BUGS
 from verification.targets import load_target
 
 # Each planted runner bug and what the finding must say.
@@ -56,7 +56,10 @@ def test_planted_runner_bug_is_found(bug, bcg_kind, tmp_path):
 
 def test_target_without_a_runner_is_not_applicable_and_not_failed(bcg_kind):
     [result] = run_properties(
-        "runner", load_target("tests.vllm_minimal"), bcg_kind, settings.default.max_examples
+        "runner",
+        load_target("verification.planted.vllm_minimal"),
+        bcg_kind,
+        settings.default.max_examples,
     )
     assert result.not_applicable and "BreakableGraphRunner" in result.not_applicable
     assert not result.failed and not result.findings and result.examples == 0

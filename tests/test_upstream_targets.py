@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verification.devices import UsageError
+from verification.errors import UsageError
 from verification.targets import load_target, upstream
 
 ROOT = Path(__file__).resolve().parent.parent

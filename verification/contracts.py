@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from verification.devices import UsageError
-from verification.finding_kinds import register_finding_kind
+from verification.errors import UsageError
 
 # What an engine's runner guarantees around its captures, as "relies on its caller to ...".
 COLLECTOR = "collector"
@@ -29,12 +28,6 @@ DUTIES: dict[str, str] = {
     COLLECTOR: "freeze the collector around captures",
     ONE_CAPTURING_THREAD: "capture from one thread at a time",
 }
-CALLER_DUTY = register_finding_kind(
-    "caller-duty",
-    False,
-    "the target relies on a duty its engine's runner fulfils under its contract, so the "
-    "checker fulfils it too, as that runner does; a note, not a bug",
-).name
 # ``GUARDS_ITSELF = True``: the target needs none of its caller's duties (this library).
 GUARDS_ITSELF = "GUARDS_ITSELF"
 

@@ -76,12 +76,19 @@ def op_table(ops: Sequence[OpSpec] | None = None) -> dict[str, OpSpec]:
     and the out-buffer forms derived from them."""
     if ops is None:
         return dict(_default_table())
-    return {spec.name: spec for spec in with_out_buffer_forms(ops)}
+    return dict(_table_of(tuple(ops)))
 
 
 @functools.cache
 def _default_table() -> dict[str, OpSpec]:
-    return {spec.name: spec for spec in with_out_buffer_forms(default_ops())}
+    return _table_of(default_ops())
+
+
+# Checks call op_table for every example with the same few catalogs; deriving the out-buffer
+# forms each time cost more than the lookup it serves (issue 20).
+@functools.lru_cache(maxsize=16)
+def _table_of(ops: tuple[OpSpec, ...]) -> dict[str, OpSpec]:
+    return {spec.name: spec for spec in with_out_buffer_forms(ops)}
 
 
 def produces_value(spec: OpSpec) -> bool:
@@ -421,16 +428,3 @@ def _with_static_buffers(
     renumbered = [Step(s.op, tuple(map(number, s.args)), s.params, s.brk) for s in steps]
     final_outputs = tuple(map(number, outputs))
     return Program((*inputs, *static), with_drops(renumbered, final_outputs), final_outputs)
-
-
-def value_metas(program: Program, ops: Sequence[OpSpec] | None = None) -> list[TensorMeta]:
-    """The meta of every value the program defines, inputs first."""
-    table = op_table(ops)
-    metas = list(program.inputs)
-    for step in program.steps:
-        spec = table[step.op]
-        out = spec.infer([metas[a] for a in step.args], step.kwargs)
-        if produces_value(spec):
-            assert isinstance(out, TensorMeta)
-            metas.append(out)
-    return metas

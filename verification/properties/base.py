@@ -1,9 +1,8 @@
 """What every property check shares: its configuration, its findings and the hypothesis driver.
 
 A check receives a :class:`CheckConfig` (target, device, budgets) and returns a
-:class:`CheckResult`. A :class:`PropertyFinding` carries a finding kind of
-:mod:`verification.finding_kinds`: ``target-bug`` fails the target; the kinds added here,
-``memory-held`` (memory kept alive without being wrong, with its figure) and
+:class:`CheckResult`. A :class:`~verification.findings.Finding` (:func:`property_finding`) carries a finding kind of
+:mod:`verification.findings`: ``target-bug`` fails the target; ``memory-held`` (memory kept alive without being wrong, with its figure) and
 ``known-unsafe`` (a documented hazard the checker demonstrated), never do. :func:`search` runs hypothesis until a failing finding and
 shrinks it.
 """
@@ -24,46 +23,25 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.errors import FlakyFailure
 
-from verification.finding_kinds import (
+from verification.findings import (
     HARNESS_ERROR,
     TARGET_BUG,
-    fails_certificate,
-    register_finding_kind,
+    Finding,
 )
 from verification.programs import Program, programs
 from verification.targets import Target
 
-MEMORY_HELD = register_finding_kind(
-    "memory-held",
-    False,
-    "the target is correct but keeps alive memory it could release (the figure says how much)",
-).name
-KNOWN_UNSAFE = register_finding_kind(
-    "known-unsafe",
-    False,
-    "a documented hazard (replaying captures of one pool out of order), demonstrated by the "
-    "checker; never a target bug",
-    about_target=False,
-).name
 
-
-@dataclass(frozen=True)
-class PropertyFinding:
-    """One observation of a property check; ``program`` is the (shrunk) example, if any."""
-
-    prop: str
-    kind: str
-    message: str
-    program: Program | None = None
-    seed: int | None = None
-    scenario: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def fails(self) -> bool:
-        return fails_certificate(self.kind)
-
-    def summary(self) -> str:
-        return f"{self.prop}: {self.kind}: {self.message.splitlines()[0] if self.message else ''}"
+def property_finding(
+    prop: str,
+    kind: str,
+    message: str,
+    program: Program | None = None,
+    seed: int | None = None,
+    scenario: tuple[tuple[str, Any], ...] = (),
+) -> Finding:
+    """A finding of property ``prop``; ``program`` is the (shrunk) example, if any."""
+    return Finding(kind, prop, message, program=program, seed=seed, scenario=scenario)
 
 
 @dataclass
@@ -89,7 +67,7 @@ class CheckResult:
     prop: str
     examples: int
     elapsed_s: float
-    findings: list[PropertyFinding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     not_applicable: str | None = None
 
     @property
@@ -100,7 +78,7 @@ class CheckResult:
 class Found(Exception):
     """Raised inside a hypothesis example so that hypothesis shrinks the finding."""
 
-    def __init__(self, finding: PropertyFinding) -> None:
+    def __init__(self, finding: Finding) -> None:
         super().__init__(finding.summary())
         self.finding = finding
 
@@ -132,9 +110,9 @@ def program_strategy(
 def search(
     config: CheckConfig,
     strategy: st.SearchStrategy[Any],
-    body: Callable[[Any], PropertyFinding | None],
+    body: Callable[[Any], Finding | None],
     examples: int | None = None,
-) -> tuple[int, PropertyFinding | None]:
+) -> tuple[int, Finding | None]:
     """Runs ``body`` on drawn values until it returns a failing finding; (examples, finding)."""
     counter = [0]
 
@@ -182,7 +160,7 @@ def _raised_by_harness(error: BaseException) -> bool:
     return innermost is not None and _HARNESS in innermost.parents
 
 
-def timed(prop: str, run: Callable[[], tuple[int, list[PropertyFinding]]]) -> CheckResult:
+def timed(prop: str, run: Callable[[], tuple[int, list[Finding]]]) -> CheckResult:
     """Runs a check with the heap so far frozen: the checks collect garbage often, and a
     full collection walks all of torch and hypothesis (a second each on a busy machine).
 
@@ -197,7 +175,7 @@ def timed(prop: str, run: Callable[[], tuple[int, list[PropertyFinding]]]) -> Ch
         examples, findings = run()
     except Exception as error:
         kind = HARNESS_ERROR if _raised_by_harness(error) else TARGET_BUG
-        examples, findings = 0, [PropertyFinding(prop, kind, f"the check raised {error!r}")]
+        examples, findings = 0, [property_finding(prop, kind, f"the check raised {error!r}")]
     finally:
         gc.unfreeze()
     return CheckResult(prop, examples, time.perf_counter() - start, findings)

@@ -36,15 +36,15 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.contracts import CALLER_DUTY, COLLECTOR, collector_frozen
+from verification.contracts import COLLECTOR, collector_frozen
 from verification.execute import collector_paused
-from verification.finding_kinds import register_finding_kind
+from verification.findings import CALLER_DUTY, TORCH_LIMIT, Finding
 from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
-    PropertyFinding,
     program_strategy,
+    property_finding,
     search,
     timed,
 )
@@ -52,13 +52,6 @@ from verification.properties.pool import WITNESS
 from verification.properties.runs import ProgramRun
 
 NAME = "faults"
-TORCH_LIMIT = register_finding_kind(
-    "torch-limit",
-    False,
-    "a limitation of torch or CUDA that no target can work around, shown by the checker; "
-    "never a target bug",
-    about_target=False,
-).name
 POOL_LEFT_RECORDING = "already recording to mempool_id"
 RNG_LEFT_CAPTURING = "Offset increment outside graph capture"
 POINTS = (
@@ -496,16 +489,16 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 
 def check(config: CheckConfig) -> CheckResult:
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         limits: set[str] = set()
 
-        def body(drawn: tuple[Program, str, int, str]) -> PropertyFinding | None:
+        def body(drawn: tuple[Program, str, int, str]) -> Finding | None:
             program, point, nth, illegal = drawn
             problem = _fault_problem(program, point, nth, illegal, config, limits)
             if problem is None:
                 return None
             scenario = (("point", point), ("nth", nth % 4), ("illegal", illegal))
-            return PropertyFinding(NAME, "target-bug", problem, program, config.seed, scenario)
+            return property_finding(NAME, "target-bug", problem, program, config.seed, scenario)
 
         # The last segment's capture_end, which __exit__ makes, is always tried once on a fixed
         # program: a drawn program and point reach it rarely.
@@ -524,10 +517,10 @@ def check(config: CheckConfig) -> CheckResult:
         for fixed in (warning_problem, caught_break_problem, collector):
             problem = fixed(config)
             if problem is not None:
-                return 1, [PropertyFinding(NAME, "target-bug", problem)]
+                return 1, [property_finding(NAME, "target-bug", problem)]
         examples, found = search(config, strategy, body)
-        notes = [PropertyFinding(NAME, TORCH_LIMIT, limit) for limit in sorted(limits)]
-        notes += [PropertyFinding(NAME, CALLER_DUTY, duty) for duty in duties]
+        notes = [property_finding(NAME, TORCH_LIMIT, limit) for limit in sorted(limits)]
+        notes += [property_finding(NAME, CALLER_DUTY, duty) for duty in duties]
         return examples, ([found] if found else []) + notes
 
     return timed(NAME, run)

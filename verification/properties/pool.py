@@ -23,13 +23,14 @@ import torch
 from hypothesis import strategies as st
 
 from verification.execute import collector_paused, run_steps
+from verification.findings import Finding
 from verification.ops.spec import TensorMeta
 from verification.programs import Program, Step, make_inputs, op_table
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
-    PropertyFinding,
     program_strategy,
+    property_finding,
     search,
     timed,
 )
@@ -216,7 +217,7 @@ def _shared_pool_problem(
     return None
 
 
-def out_of_order_demonstration(config: CheckConfig) -> PropertyFinding:
+def out_of_order_demonstration(config: CheckConfig) -> Finding:
     """Shows that replaying captures of one pool out of order is caught (never a target bug)."""
     target, device = config.target, config.device
     x = torch.randn(128, device=device)
@@ -247,17 +248,17 @@ def out_of_order_demonstration(config: CheckConfig) -> PropertyFinding:
     torch.cuda.synchronize()
     out_of_order = bool(torch.equal(out2, expected))
     if not in_order:
-        return PropertyFinding(
+        return property_finding(
             NAME, "target-bug", "captures sharing a pool replayed in order differ from eager"
         )
     if out_of_order:
-        return PropertyFinding(
+        return property_finding(
             NAME,
             "harness-error",
             "the out-of-order demonstration did not corrupt: the allocator did not reuse the "
             "first capture's freed temporary for the second capture's output",
         )
-    return PropertyFinding(
+    return property_finding(
         NAME,
         "known-unsafe",
         "replaying the second of two captures sharing a pool before the first overwrote the "
@@ -371,25 +372,25 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 
 def check(config: CheckConfig) -> CheckResult:
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         held: list[int] = []
-        findings: list[PropertyFinding] = []
+        findings: list[Finding] = []
 
-        def body(drawn: tuple[list[Program], bool]) -> PropertyFinding | None:
+        def body(drawn: tuple[list[Program], bool]) -> Finding | None:
             programs, _ = drawn
             problem = _drawn_problem(programs, config, held)
             if problem is None:
                 return None
-            return PropertyFinding(NAME, "target-bug", problem, programs[0], config.seed)
+            return property_finding(NAME, "target-bug", problem, programs[0], config.seed)
 
         witness = None
         problem = arguments_as_given_problem(config)
         if problem is not None:
-            witness = PropertyFinding(NAME, "target-bug", problem)
+            witness = property_finding(NAME, "target-bug", problem)
         for program in _witnesses(config) if witness is None else ():
             problem = _witness_problem(program, config, held)
             if problem is not None:
-                witness = PropertyFinding(NAME, "target-bug", problem, program, config.seed)
+                witness = property_finding(NAME, "target-bug", problem, program, config.seed)
                 break
         strategy = st.tuples(
             st.lists(program_strategy(config), min_size=2, max_size=3), st.just(True)
@@ -400,7 +401,7 @@ def check(config: CheckConfig) -> CheckResult:
             findings.append(found)
         if held and max(held) > 0:
             findings.append(
-                PropertyFinding(
+                property_finding(
                     NAME,
                     "memory-held",
                     f"the capture keeps alive up to {max(held)} bytes of graph intermediates given "

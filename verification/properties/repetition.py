@@ -16,12 +16,13 @@ from typing import Any
 
 import torch
 
+from verification.findings import Finding
 from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
-    PropertyFinding,
     program_strategy,
+    property_finding,
     search,
     timed,
 )
@@ -83,12 +84,12 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 
 def check(config: CheckConfig) -> CheckResult:
-    def run() -> tuple[int, list[PropertyFinding]]:
-        def body(program: Program) -> PropertyFinding | None:
+    def run() -> tuple[int, list[Finding]]:
+        def body(program: Program) -> Finding | None:
             problem = repetition_problem(program, config)
             if problem is None:
                 return None
-            return PropertyFinding(NAME, "target-bug", problem, program, config.seed)
+            return property_finding(NAME, "target-bug", problem, program, config.seed)
 
         strategy = program_strategy(config).filter(lambda p: p.num_breaks > 0)
         # One long run is the point; a few programs cover different break layouts.

@@ -32,13 +32,14 @@ from typing import Any
 import torch
 
 from verification.execute import BreakLog, collector_paused, run_eager, run_steps, step_callables
+from verification.findings import Finding
 from verification.oracle import compare, program_tolerance
 from verification.programs import Program, default_ops, make_inputs, op_table
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
-    PropertyFinding,
     program_strategy,
+    property_finding,
     search,
     timed,
 )
@@ -348,25 +349,25 @@ def check(config: CheckConfig) -> CheckResult:
     if runner_class(config) is None:
         return CheckResult(NAME, 0, 0.0, not_applicable=f"the target has no {RUNNER}")
 
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         # The arguments first: a runner that takes them otherwise than documented would show
         # up as a miscount on a drawn program, which names a symptom, not the argument.
         problem = arguments_problem(config)
         if problem is not None:
-            return 1, [PropertyFinding(NAME, "target-bug", problem)]
+            return 1, [property_finding(NAME, "target-bug", problem)]
 
-        def body(program: Program) -> PropertyFinding | None:
+        def body(program: Program) -> Finding | None:
             problem = runner_problem(program, config)
             if problem is None:
                 return None
-            return PropertyFinding(NAME, "target-bug", problem, program, config.seed)
+            return property_finding(NAME, "target-bug", problem, program, config.seed)
 
         strategy = program_strategy(config, ops=OPS)
         examples, found = search(config, strategy, body, max(1, config.examples // COST))
         if found is not None:
             return examples, [found]
         problem = debug_problem(config)
-        found = None if problem is None else PropertyFinding(NAME, "target-bug", problem)
+        found = None if problem is None else property_finding(NAME, "target-bug", problem)
         return examples + 2, [found] if found else []
 
     return timed(NAME, run)

@@ -17,12 +17,13 @@ from typing import Any
 import torch
 
 from verification.execute import collector_paused
+from verification.findings import Finding
 from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
-    PropertyFinding,
     program_strategy,
+    property_finding,
     search,
     timed,
 )
@@ -128,21 +129,21 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 
 def check(config: CheckConfig) -> CheckResult:
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         try:
             problem = _judged(config, witness_problem)
         except RaceDetectorMissing as missing:
-            return 0, [PropertyFinding(NAME, "harness-error", str(missing))]
+            return 0, [property_finding(NAME, "harness-error", str(missing))]
         if problem is not None:
-            return 1, [PropertyFinding(NAME, "target-bug", f"witness: {problem}")]
+            return 1, [property_finding(NAME, "target-bug", f"witness: {problem}")]
 
-        def body(program: Program) -> PropertyFinding | None:
+        def body(program: Program) -> Finding | None:
             if not program.num_breaks:
                 return None
             problem = _judged(config, _amplified_problem, program)
             if problem is None:
                 return None
-            return PropertyFinding(NAME, "target-bug", problem, program, config.seed)
+            return property_finding(NAME, "target-bug", problem, program, config.seed)
 
         strategy = program_strategy(config).filter(lambda p: p.num_breaks > 0)
         examples, found = search(config, strategy, body, max(1, config.examples // 2))

@@ -25,14 +25,15 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.contracts import CALLER_DUTY, ONE_CAPTURING_THREAD
+from verification.contracts import ONE_CAPTURING_THREAD
 from verification.execute import collector_paused
+from verification.findings import CALLER_DUTY, Finding
 from verification.programs import Program, default_ops
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
-    PropertyFinding,
     program_strategy,
+    property_finding,
     search,
     timed,
 )
@@ -374,14 +375,14 @@ def check(config: CheckConfig) -> CheckResult:
     ops = [spec for spec in default_ops() if not spec.rng]
     modes = modes_of(config.target)
     serial = ONE_CAPTURING_THREAD in config.target.caller_duties
-    relied: list[PropertyFinding] = []
+    relied: list[Finding] = []
 
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         problem = foreign_add_eager_problem(config)
         if problem is not None:
-            return 1, [PropertyFinding(NAME, "target-bug", problem)]
+            return 1, [property_finding(NAME, "target-bug", problem)]
 
-        def body(drawn: tuple[Program, list[Program], int, int, int]) -> PropertyFinding | None:
+        def body(drawn: tuple[Program, list[Program], int, int, int]) -> Finding | None:
             program, programs, at, others, mode_index = drawn
             mode = modes[mode_index % len(modes)]
             scenario: tuple[tuple[str, Any], ...] = (("mode", mode), ("at", at))
@@ -394,11 +395,11 @@ def check(config: CheckConfig) -> CheckResult:
                 # Once: would the target have held up with the captures overlapping?
                 if _concurrent_captures(programs, at, mode, config) is not None:
                     note = config.target.contract.reliance_note(ONE_CAPTURING_THREAD)
-                    relied.append(PropertyFinding(NAME, CALLER_DUTY, note))
+                    relied.append(property_finding(NAME, CALLER_DUTY, note))
             if problem is None:
                 return None
             message = f"capture_error_mode={mode}: {problem}"
-            return PropertyFinding(NAME, "target-bug", message, program, config.seed, scenario)
+            return property_finding(NAME, "target-bug", message, program, config.seed, scenario)
 
         strategy = st.tuples(
             program_strategy(config, ops=ops),

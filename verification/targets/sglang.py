@@ -10,7 +10,7 @@ simulator runs, for ``cudaStreamGetCaptureInfo``. The adapter wraps SGLang's
 ``BreakableCUDAGraph`` + ``BreakableCUDAGraphCapture`` into one capture object, with one pool
 per capture as SGLang's runner passes; its decorator is ``eager_on_graph``. SGLang refreshes a
 break's returned tensors at replay (``_copy_output``), so it is judged by the ``sglang``
-contract. Without SGLang, importing this raises :class:`~verification.devices.UsageError`.
+contract. Without SGLang, importing this raises :class:`~verification.errors.UsageError`.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ under its own dotted name, and each import it makes that would fail gets a stand
 upstream's documented behaviour. The stand-ins stay registered in ``sys.modules``: upstream
 imports some of them lazily, at capture. A checkout given by ``--target-path`` (environment
 variable :data:`TARGET_PATH_ENV`, so that worker processes inherit it) wins over the installed
-package. Neither present: :class:`~verification.devices.UsageError`, one line.
+package. Neither present: :class:`~verification.errors.UsageError`, one line.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from verification.devices import UsageError
+from verification.errors import UsageError
 
 TARGET_PATH_ENV = "BCG_TARGET_PATH"
 

@@ -10,7 +10,7 @@ as vLLM's C++ defines it; no forward context, as in a bare capture; the rest is 
 zero-argument ``fn`` and its wrapper always passes a pool: this adapter binds arguments and gives
 each capture one pool, as the wrapper does. Judged by ``out-buffer``, vLLM's contract, with its
 runner's duties (collector frozen and disabled around captures, one capturing thread). Without
-vLLM, importing this raises :class:`~verification.devices.UsageError`.
+vLLM, importing this raises :class:`~verification.errors.UsageError`.
 """
 
 from __future__ import annotations

@@ -10,23 +10,26 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
+from verification.commands.options import at_least, writable_dir
 from verification.devices import DEVICE_CHOICES, resolve_device
 from verification.mutation.engine import MutationConfig, MutationResult, run_mutation
 from verification.mutation.summary import score_line, write
 from verification.targets import DEFAULT_TARGET
 
 
-def add_parser(commands: argparse._SubParsersAction, count: Callable[[int], Callable]) -> None:
+def add_parser(commands: argparse._SubParsersAction) -> None:
     mutate = commands.add_parser("mutate", help="mutation score of the harness on a target")
     mutate.add_argument("--target", default=DEFAULT_TARGET, help="importable module to mutate")
     mutate.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
-    mutate.add_argument("--budget", type=count(1), help="sample this many mutants (default all)")
-    mutate.add_argument("--jobs", type=count(1), default=1, help="mutants judged in parallel")
-    mutate.add_argument("--seed", type=count(0), default=0)
-    mutate.add_argument("--examples", type=count(1), default=100, help="fuzz examples per mutant")
+    mutate.add_argument("--budget", type=at_least(1), help="sample this many mutants (default all)")
+    mutate.add_argument("--jobs", type=at_least(1), default=1, help="mutants judged in parallel")
+    mutate.add_argument("--seed", type=at_least(0), default=0)
+    mutate.add_argument(
+        "--examples", type=at_least(1), default=100, help="fuzz examples per mutant"
+    )
     mutate.add_argument(
         "--unit-tests", metavar="CMD", help="shell command run first; it kills what it can"
     )
@@ -77,6 +80,7 @@ def print_survivors(result: MutationResult) -> None:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     device = resolve_device(args.device)
+    writable_dir(args.report, "--report")
     result = run_mutation(config_from(args, device))
     print_survivors(result)
     print(score_line(result))

@@ -18,16 +18,19 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-from verification.devices import DEVICE_CHOICES, TORCH_DEVICE, UsageError, device_context
+from verification.devices import DEVICE_CHOICES, TORCH_DEVICE, device_context
 from verification.devices import resolve_device as _resolve_device
+from verification.errors import UsageError
 from verification.exampledb import shared_database
-from verification.shard import UNSHARDED, FuzzChunk, Shard, parse_shard, plan, select
+from verification.plugin.shard import UNSHARDED, FuzzChunk, Shard, parse_shard, plan, select
+from verification.plugin.workers import gpu_for_worker, visible_gpus
+from verification.profiles import PROFILES, PYTEST_PROFILES
 from verification.targets import DEFAULT_TARGET, load_target
-from verification.workers import gpu_for_worker, visible_gpus
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
-PROFILES = {"bcg-ci": 25, "bcg-dev": 200, "bcg-thorough": 2000}
-for _name, _examples in PROFILES.items():
+# Hypothesis profile bcg-NAME runs the examples of verification.profiles' NAME.
+HYPOTHESIS_PROFILES = {f"bcg-{name}": PROFILES[name].examples for name in PYTEST_PROFILES}
+for _name, _examples in HYPOTHESIS_PROFILES.items():
     # Registering adds names only; nothing is loaded here (see _apply_hypothesis_settings).
     settings.register_profile(
         _name, max_examples=_examples, deadline=None, suppress_health_check=_SLOW_OK
@@ -105,9 +108,9 @@ def _profile_name(config: pytest.Config) -> str | None:
     if not asked:
         return None
     name = asked if asked.startswith("bcg-") else f"bcg-{asked}"
-    if name not in PROFILES:
+    if name not in HYPOTHESIS_PROFILES:
         raise pytest.UsageError(
-            f"unknown bcg profile {asked!r}; choose one of {', '.join(PROFILES)}"
+            f"unknown bcg profile {asked!r}; choose one of {', '.join(HYPOTHESIS_PROFILES)}"
         )
     return name
 

@@ -1,7 +1,7 @@
 """Checks a user's break op against the contract its :class:`BreakOpSpec` declares.
 
 :func:`diagnose` runs the op on its own, and beside an open capture, on inputs drawn from
-the spec, and returns one :class:`Violation` per part of the contract it broke, in plain
+the spec, and returns one :class:`~verification.findings.Finding` per part of the contract it broke, in plain
 words: declared writes, dependence on earlier calls (a frozen host value or a stashed
 tensor), unjoined side streams, and calls that break a concurrent ``global``-mode capture.
 Every check is one entry of :data:`CHECKS`.
@@ -21,22 +21,20 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from verification.opprograms import draw_metas, producer
+from verification.findings import OP_CONTRACT, Finding
 from verification.ops.spec import TensorMeta
-from verification.opspec import BreakOpSpec, LoadedSpec
 from verification.oracle import Tolerance, compare
 from verification.programs import input_expr
+from verification.userops.programs import draw_metas, producer
+from verification.userops.spec import BreakOpSpec, LoadedSpec
+
+# The check name of an op contract's findings; each names the broken part as its violation.
+CONTRACT = "contract"
 
 
-@dataclass(frozen=True)
-class Violation:
+def broken(part: str, message: str) -> Finding:
     """One broken part of an op's contract; ``message`` says how, and what to do instead."""
-
-    part: str
-    message: str
-
-    def line(self) -> str:
-        return f"{self.part}: {self.message}"
+    return Finding(OP_CONTRACT, CONTRACT, message, violation=part)
 
 
 @dataclass(frozen=True)
@@ -85,10 +83,10 @@ def _shares_storage(t: torch.Tensor, args: dict[str, torch.Tensor]) -> bool:
     return any(a.untyped_storage().data_ptr() == ptr for a in args.values())
 
 
-Check = Callable[[LoadedSpec, Case, str], "Violation | None"]
+Check = Callable[[LoadedSpec, Case, str], "Finding | None"]
 
 
-def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Violation | None:
+def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
     """Writes exactly the declared arguments, and returns what it declares."""
     spec = loaded.spec
     untouched = set(spec.writes)
@@ -100,7 +98,7 @@ def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Violat
         result = spec.call(*args.values(), **case.params)
         for name in spec.args:
             if name not in spec.writes and not _same(args[name], before[name]):
-                return Violation(
+                return broken(
                     "declared writes",
                     f"it writes argument {name!r}, which writes= does not declare; graph "
                     f"segments after the break read {name!r} as it was. Declare it in "
@@ -109,14 +107,14 @@ def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Violat
         untouched = {n for n in untouched if _same(args[n], before[n])}
     for name in sorted(untouched):
         if isinstance(result, torch.Tensor) and not _shares_storage(result, args):
-            return Violation(
+            return broken(
                 "declared writes",
                 f"it returns a fresh tensor instead of writing its declared output {name!r} "
                 f"in place ({name!r} is left untouched). Graph segments after the break read "
                 f"{name!r}, and vLLM's contract never refreshes a returned tensor at replay. "
                 f"Write the result into {name!r} (e.g. {name}.copy_(result)) and return None.",
             )
-        return Violation(
+        return broken(
             "declared writes",
             f"it never writes its declared output {name!r}; write it on every call.",
         )
@@ -125,17 +123,17 @@ def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Violat
 
 def _return_problem(
     spec: BreakOpSpec, args: dict[str, torch.Tensor], result: Any
-) -> Violation | None:
+) -> Finding | None:
     if isinstance(spec.returns, str):
         wanted = args[spec.returns]
         if not isinstance(result, torch.Tensor) or result.data_ptr() != wanted.data_ptr():
-            return Violation(
+            return broken(
                 "declared return",
                 f"it declares returns={spec.returns!r} but returned {type(result).__name__}, "
                 f"not that argument.",
             )
     elif spec.returns is not None and not isinstance(result, torch.Tensor):
-        return Violation(
+        return broken(
             "declared return",
             f"it declares a returned tensor but returned {type(result).__name__}.",
         )
@@ -173,7 +171,7 @@ def _tensor_state(module_globals: dict[str, Any]) -> int:
     return count
 
 
-def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Violation | None:
+def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
     """Gives the same result on new values as a first call would, whatever ran before."""
     spec = loaded.spec
     fresh = _fresh_spec(loaded)
@@ -195,14 +193,14 @@ def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Violatio
     if all(compare(a, b, tol) is None for a, b in zip(used, first)):
         return None
     if stashed:
-        return Violation(
+        return broken(
             "no state across calls",
             "it stashes a tensor in module state on its first call (at capture, in a "
             "graph) and reads it on later calls, so a replay sees what the capture-time "
             "call left there instead of the new inputs. Keep tensors the op needs across "
             "calls in buffers the caller passes (declared in writes=), refreshed every call.",
         )
-    return Violation(
+    return broken(
         "no state across calls",
         "on new values in the same buffers it returns what an earlier call computed: it "
         "freezes a host value (a .tolist()/.item() result, a length, a shape) from its first "
@@ -238,7 +236,7 @@ def _patched(owner: Any, name: str, make: Callable[[Any], Any]) -> Iterator[None
         setattr(owner, name, original)
 
 
-def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Violation | None:
+def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
     """The caller's stream waits for all work the op issues on other streams."""
     spec = loaded.spec
     args = materialize(spec, case, case.seed, device)
@@ -286,7 +284,7 @@ def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Violati
     if not unjoined:
         return None
     ops = sum(n - joined.get(k, 0) for k, n in unjoined.items())
-    return Violation(
+    return broken(
         "streams joined",
         f"it forks a side stream and never joins it: {ops} op(s) on {len(unjoined)} other "
         f"stream(s) that the caller's stream never waits for. The next graph segment can read "
@@ -296,9 +294,7 @@ def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Violati
     )
 
 
-def check_concurrent_global_capture(
-    loaded: LoadedSpec, case: Case, device: str
-) -> Violation | None:
+def check_concurrent_global_capture(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
     """Makes none of the calls that invalidate another thread's ``global``-mode capture that
     an eager break can avoid: ``torch.cuda.synchronize()`` and a cudaMalloc.
 
@@ -335,7 +331,7 @@ def check_concurrent_global_capture(
         what = f"allocates new device memory (cudaMalloc of {grown} bytes on a warmed-up call)"
     else:
         return None
-    return Violation(
+    return broken(
         "concurrent capture",
         f"it {what}; while another thread captures in capture_error_mode='global', CUDA "
         f"then invalidates that capture (operation not permitted when stream is capturing). "
@@ -361,12 +357,12 @@ RACED = ("declared writes", "no state across calls")
 UNJOINED = "streams joined"
 
 
-def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) -> list[Violation]:
+def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) -> list[Finding]:
     """The op's contract violations on ``examples`` drawn cases, at most one per check.
 
     Runs on ``device`` as given (the caller opens the GPU or the simulator).
     """
-    found: dict[str, Violation] = {}
+    found: dict[str, Finding] = {}
 
     @hypothesis_seed(seed)
     @settings(
@@ -385,7 +381,7 @@ def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) 
                 violation = check(loaded, case, device)
             except Exception as error:
                 first = str(error).strip().splitlines()
-                violation = Violation(
+                violation = broken(
                     part,
                     f"the op raised {type(error).__name__}: {first[0] if first else ''} "
                     f"on arguments its spec allows ({_describe(case)})",

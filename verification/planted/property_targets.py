@@ -603,6 +603,6 @@ def build(variant: str | None = None) -> SimpleNamespace:
         BREAK_CONTRACT="returns",
         RELEASES_BREAK_ARGUMENTS=lib.RELEASES_BREAK_ARGUMENTS,
         REPRODUCER_IMPORT=(
-            f"from tests.planted_property_targets import build\ntarget = build({variant!r})"
+            f"from verification.planted.property_targets import build\ntarget = build({variant!r})"
         ),
     )

@@ -1,7 +1,6 @@
-"""Certify a target before upstreaming: run every check of :data:`~verification.checks.CHECKS`
-under a profile, and write ``certificate.json`` and ``certificate.md``.
+"""The certificate ``certify`` writes: ``certificate.json`` and ``certificate.md``.
 
-:func:`run_checks` runs the table; :func:`certificate` turns the results into a plain dict
+:func:`certificate` turns the checks' results into a plain dict
 (target and commit, contract, environment, settings, per-check verdicts, coverage,
 sensitivity); :func:`markdown` renders it for a pull request, its first line saying
 SIMULATED when the CUDA simulator stood in for a GPU. Only target bugs fail a certificate.
@@ -13,56 +12,17 @@ import datetime
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import hypothesis
 import torch
 
-from verification.checks import CHECKS, CertifyRun, CheckResult
-from verification.finding_kinds import FINDING_KINDS, about_target, fails_certificate
-from verification.ops.spec import OpSpec
+from verification.certify.run import CertifyRun, CheckResult
+from verification.certify.sensitivity import summary_line
+from verification.findings import FINDING_KINDS, Finding, about_target, fails_certificate
 from verification.targets import Target
-
-
-@dataclass(frozen=True)
-class Profile:
-    examples: int
-    max_ops: int
-    max_breaks: int
-    replays: int
-
-
-PROFILES: dict[str, Profile] = {
-    "quick": Profile(examples=50, max_ops=8, max_breaks=3, replays=3),
-    "standard": Profile(examples=300, max_ops=12, max_breaks=4, replays=3),
-    "thorough": Profile(examples=2000, max_ops=16, max_breaks=6, replays=4),
-}
-DEFAULT_PROFILE = "standard"
-
-
-def load_ops(specs: Sequence[str]) -> list[OpSpec] | None:
-    """Checks the ops ``--ops MODULE:SPEC`` names (one-line UsageError otherwise). They run
-    in the ``ops`` check, not in the fuzz check's catalog, so this returns None (the catalog)."""
-    from verification.fuzz_op import load_user_ops
-
-    load_user_ops(specs)
-    return None
-
-
-def run_checks(
-    run: CertifyRun, on_check: Callable[[str, int | None], None] = lambda name, budget: None
-) -> list[CheckResult]:
-    """Runs every check in order; ``on_check(name, budget)`` announces each one."""
-    results = []
-    for check in CHECKS:
-        if not check.applies(run):
-            continue
-        on_check(check.name, check.budget(run))
-        results.append(check.run(run))
-    return results
 
 
 def _git_commit(module: Any) -> str | None:
@@ -108,14 +68,16 @@ def environment(device: str) -> dict[str, Any]:
     }
 
 
-def _finding(finding: Any) -> dict[str, Any]:
+def _finding(finding: Finding) -> dict[str, Any]:
+    # A property's finding is named by its check; a program's by what broke.
+    violation = finding.violation if finding.violation is not None else f"property {finding.check}"
     return {
         "kind": finding.kind,
-        "violation": finding.violation,
+        "violation": violation,
         "message": finding.message,
         "explanation": FINDING_KINDS[finding.kind].meaning,
-        "steps": len(finding.program.steps),
-        "seed": finding.seed,
+        "steps": len(finding.program.steps) if finding.program is not None else 0,
+        "seed": finding.seed or 0,
     }
 
 
@@ -133,10 +95,13 @@ def certificate(
     run: CertifyRun,
     results: Sequence[CheckResult],
     profile: str,
-    sensitivity: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """The certificate of ``results``; a result with a ``section`` (sensitivity) becomes that
+    section, the others rows of ``checks``."""
     target: Target = run.target
     config = run.config
+    sections = {r.name: r.section for r in results if r.section is not None}
+    results = [r for r in results if r.section is None]
     findings = [f for r in results for f in r.findings]
     return {
         "simulated": run.device == "sim",
@@ -172,7 +137,7 @@ def certificate(
             for r in results
         ],
         "coverage": _merge_coverage(results),
-        "sensitivity": sensitivity,
+        "sensitivity": sections.get("sensitivity"),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -223,12 +188,9 @@ def markdown(cert: dict[str, Any]) -> str:
     sensitivity = cert["sensitivity"]
     lines += ["", "## Sensitivity", ""]
     if sensitivity is None:
-        lines.append("not measured (the planted-bug targets of tests/ are not importable here)")
+        lines.append("not measured (--no-sensitivity)")
     else:
-        lines.append(
-            f"planted-bug targets found: {sensitivity['found']} of {sensitivity['total']}"
-            f" (same environment, {sensitivity['examples']} examples each)"
-        )
+        lines.append(summary_line(sensitivity))
         missed = [name for name, hit in sensitivity["targets"].items() if not hit]
         if missed:
             lines.append(f"missed: {', '.join(missed)}")

@@ -1,6 +1,6 @@
 """The mutation phase of ``certify --mutants N``: the harness's score on N mutants of the target.
 
-It returns a :class:`~verification.checks.CheckResult` like every other check: no findings
+It returns a :class:`~verification.certify.run.CheckResult` like every other check: no findings
 (a surviving mutant is not a bug of the target), and the counts under the ``mutation`` key of
 the certificate's coverage, so the certificate says how much of *this* target's behaviour
 the harness pins down in this environment.
@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import time
 
-from verification.checks import CertifyRun, CheckResult
+from verification.certify.run import CertifyRun, CheckResult
 from verification.mutation.engine import MutationConfig, run_mutation
 
 
-def mutation_check(run: CertifyRun, mutants: int) -> CheckResult:
+def mutation_check(run: CertifyRun) -> CheckResult:
     start = time.perf_counter()
+    # The mutants run in children that import the mutated source: they need the module's name.
     result = run_mutation(
         MutationConfig(
-            target=run.target.name, device=run.device, budget=mutants, seed=run.config.seed
+            target=run.target.name, device=run.device, budget=run.mutants, seed=run.config.seed
         )
     )
     counts = {

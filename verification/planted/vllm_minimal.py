@@ -192,11 +192,11 @@ def build(bug: str | None = None, hold: str = "weak") -> SimpleNamespace:
         BreakableCUDAGraphCapture=capture,
         eager_break_during_capture=_decorator(bugs),
         REPRODUCER_IMPORT=(
-            f"from tests.vllm_minimal import build\ntarget = build({bug!r}, hold={hold!r})"
+            f"from verification.planted.vllm_minimal import build\ntarget = build({bug!r}, hold={hold!r})"
         ),
     )
 
 
-# The clean variant as a module: ``--target tests.vllm_minimal``.
+# The clean variant as a module: ``--target verification.planted.vllm_minimal``.
 BreakableCUDAGraphCapture = _Capture
 eager_break_during_capture = _decorator(frozenset())

@@ -181,7 +181,7 @@ def build(bug: str | None = None) -> SimpleNamespace:
         __name__=f"planted[{bug or 'clean'}]",
         BreakableCUDAGraphCapture=type("BreakableCUDAGraphCapture", (_Capture,), {"bugs": bugs}),
         eager_break_during_capture=_decorator(bugs),
-        REPRODUCER_IMPORT=f"from tests.planted_targets import build\ntarget = build({bug!r})",
+        REPRODUCER_IMPORT=f"from verification.planted.targets import build\ntarget = build({bug!r})",
         # It copies each replay's result into the tensor the break returned at capture.
         BREAK_CONTRACT="returns",
     )

@@ -7,50 +7,33 @@ then a campaign whose every program calls the ops, and reports contract violatio
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import time
 
-from verification.checks import CertifyRun, CheckResult
-from verification.finding_kinds import OP_CONTRACT
+from verification.certify.run import CertifyRun, CheckResult
 from verification.fuzz import run_campaign
-from verification.fuzz_op import (
+from verification.userops.campaign import (
     DEFAULT_MAX_BREAKS,
     DEFAULT_MAX_OPS,
-    campaign_config,
     contract_violations,
-    load_user_ops,
+    op_campaign,
 )
-from verification.oracle import Finding
-from verification.programs import Program
 
 CONTRACT_EXAMPLES = 5
 
 
 def ops_check(run: CertifyRun) -> CheckResult:
-    """Diagnoses and fuzzes ``run.op_specs`` against ``run.target``, under its contract."""
+    """Diagnoses and fuzzes ``run.users`` against ``run.target``, under its contract."""
     start = time.perf_counter()
-    config = run.config
-    users = load_user_ops(run.op_specs)
     # Small base programs: the fuzz check covers big ones; here the op is what varies.
-    args = argparse.Namespace(
-        specs=list(run.op_specs),
-        target=config.target,
-        contract=config.contract,
-        device=config.device,
-        examples=config.examples,
-        seed=config.seed,
-        max_ops=DEFAULT_MAX_OPS,
-        max_breaks=DEFAULT_MAX_BREAKS,
-        replays=config.replays,
-        report=config.report_dir,
-        program_file=None,
+    base = dataclasses.replace(run.config, max_ops=DEFAULT_MAX_OPS, max_breaks=DEFAULT_MAX_BREAKS)
+    op_config, coverage = op_campaign(base, run.op_specs, run.users, run.target, run.device)
+    violations = contract_violations(
+        run.users, run.target, run.device, CONTRACT_EXAMPLES, run.config.seed
     )
-    op_config, coverage = campaign_config(args, users, run.target, run.device)
-    violations = contract_violations(users, run.target, run.device, CONTRACT_EXAMPLES, config.seed)
+    # Each names its op: several ops may break the same part.
     findings = [
-        Finding(
-            "contract", f"{ref}: {v.line()}", Program((), (), ()), config.seed, kind=OP_CONTRACT
-        )  # type: ignore[arg-type]
+        dataclasses.replace(v, message=f"{ref}: {v.message}", seed=run.config.seed)
         for ref, found in violations.items()
         for v in found
     ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from verification.devices import UsageError
+from verification.errors import UsageError
 
 # Small enough that a thorough budget spreads over many xdist workers and shards, large
 # enough that hypothesis's generation phase is worth its start-up.

@@ -1,7 +1,7 @@
 """Which GPU a pytest-xdist worker runs on: worker ``gwI`` takes visible GPU ``I mod n``.
 
 The choice is made in the controller, which may touch CUDA, and applied in the worker as
-``CUDA_VISIBLE_DEVICES`` before anything there initialises CUDA; see :mod:`verification.plugin`.
+``CUDA_VISIBLE_DEVICES`` before anything there initialises CUDA; see :mod:`verification.plugin.hooks`.
 """
 
 from __future__ import annotations

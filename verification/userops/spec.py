@@ -4,7 +4,7 @@ A spec names the callable, its tensor arguments (symbolic shapes over ``dims`` r
 dtypes, inclusive value bounds that may name a dim), which arguments it writes, its
 non-tensor parameters as hypothesis strategies, what it returns and a tolerance.
 :func:`load_spec` imports ``MODULE:SPEC`` and :func:`validate` rejects a spec that cannot
-work, both with a one-line :class:`~verification.devices.UsageError`.
+work, both with a one-line :class:`~verification.errors.UsageError`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.devices import UsageError
+from verification.errors import UsageError
 
 Dim = int | str
 Bound = int | float | str | None
@@ -225,7 +225,7 @@ def load_spec(ref: str) -> LoadedSpec:
     spec = getattr(module, attr)
     if not isinstance(spec, BreakOpSpec):
         raise UsageError(
-            f"op spec {ref!r} is a {type(spec).__name__}, not a verification.opspec.BreakOpSpec"
+            f"op spec {ref!r} is a {type(spec).__name__}, not a verification.userops.spec.BreakOpSpec"
         )
     validate(spec)
     return LoadedSpec(spec, module_name, attr, getattr(module, "__file__", None))

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from verification.contracts import Contract
 from verification.ops.spec import OpSpec, Params, TensorMeta
-from verification.opspec import (
+from verification.programs import Program, Step, default_ops, op_table, programs, with_drops
+from verification.userops.spec import (
     Binding,
     BreakOpSpec,
     LoadedSpec,
@@ -29,7 +30,6 @@ from verification.opspec import (
     resolve_bound,
     resolve_shape,
 )
-from verification.programs import Program, Step, default_ops, op_table, programs, with_drops
 
 POSITIONS = ("first", "last", "adjacent", "nested", "middle")
 # make_inputs draws signed integers from [-8, 8): 16 distinct values before any producer.

@@ -1,0 +1,96 @@
+"""``python -m verification check PROPERTY|all ...``: runs property checks against a target.
+
+Exit status as ``fuzz``: 0 when no finding fails the target (``memory-held`` and
+``known-unsafe`` findings are printed but do not fail), 1 when one does (its reproducer is
+printed and, with ``--report DIR``, written), 2 for a usage error. On ``cuda`` each property
+runs in a child process (``--isolate``), so a check that aborts the process becomes a
+``crash`` finding naming the signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from verification.certify.property_check import (
+    DEFAULT_CYCLES,
+    names,
+    run_in_child,
+    run_properties,
+    to_json,
+)
+from verification.commands.options import at_least, print_finding, writable_dir
+from verification.contracts import CONTRACTS
+from verification.devices import DEVICE_CHOICES, resolve_device
+from verification.properties import PROPERTIES
+from verification.properties.reproduce import render, write
+from verification.targets import DEFAULT_TARGET, load_target
+from verification.targets.upstream import add_target_path
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Registers ``check`` on the CLI's subparsers."""
+    check = commands.add_parser("check", help="run property checks against a target")
+    check.add_argument("property", choices=(*PROPERTIES, "all"), metavar="PROPERTY|all")
+    check.add_argument("--target", default=DEFAULT_TARGET, help="importable module under test")
+    add_target_path(check)
+    check.add_argument("--contract", help=f"break contract ({', '.join(CONTRACTS)})")
+    check.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
+    check.add_argument("--examples", type=at_least(1), default=25, help="hypothesis budget")
+    check.add_argument("--seed", type=at_least(0), default=0)
+    check.add_argument(
+        "--cycles",
+        type=at_least(4),
+        default=DEFAULT_CYCLES,
+        help="repetition cycles (10000: thorough)",
+    )
+    check.add_argument("--report", type=Path, help="directory for reproducer scripts")
+    check.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None)
+    check.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    kind = resolve_device(args.device)
+    target = load_target(args.target, args.contract)
+    writable_dir(args.report, "--report")
+    isolate = args.isolate if args.isolate is not None else kind == "cuda"
+    if isolate:
+        results = [run_in_child(name, argv) for name in names(args.property)]
+    else:
+        results = run_properties(args.property, target, kind, args.examples, args.seed, args.cycles)
+    if args.result_file is not None:
+        args.result_file.write_text(json.dumps(to_json(results)))
+        return 1 if any(r.failed for r in results) else 0
+    command = " ".join(["python -m verification", *argv])
+    number = 0
+    for result in results:
+        for finding in result.findings:
+            has_reproducer = finding.fails and finding.program is not None
+            text = render(finding, target, kind, command) if has_reproducer else None
+            print_finding(finding.summary(), text)
+            if text is not None:
+                if args.report is not None:
+                    print(f"reproducer written to {write(args.report, number, finding, text)}")
+                    number += 1
+        if result.not_applicable is not None:
+            print(f"check {result.prop}: not applicable, {result.not_applicable}")
+            continue
+        verdict = "FAIL" if result.failed else "pass"
+        print(
+            f"check {result.prop}: {verdict}, {result.examples} examples, {result.elapsed_s:.1f} s"
+        )
+    failed = [r.prop for r in results if r.failed]
+    checked = [r for r in results if r.not_applicable is None]
+    print(
+        f"check: {len(checked) - len(failed)} of {len(checked)} properties hold, device={kind}, "
+        f"target={target.name}"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+        + (
+            f"; not applicable: {len(results) - len(checked)}"
+            if len(checked) < len(results)
+            else ""
+        )
+    )
+    return 1 if failed else 0
