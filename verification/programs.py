@@ -307,11 +307,13 @@ def programs(
     allow_tensor_returns: bool | None = None,
     input_dtypes: Sequence[torch.dtype] | None = None,
     contract: str | Contract = "returns",
+    outputs_may_be_inputs: bool = False,
 ) -> Program:
     """Random valid programs of 1..``max_ops`` steps with at most ``max_breaks`` breaks,
     whose breaks keep ``contract`` (under ``out-buffer`` ops with a fresh result run as
     breaks through their out-buffer forms). ``allow_tensor_returns`` is the older spelling of
-    ``contract`` (True: ``returns``, False: ``out-buffer``)."""
+    ``contract`` (True: ``returns``, False: ``out-buffer``). ``outputs_may_be_inputs``: the
+    program may return its inputs themselves (a check of what a wrapper returns wants that)."""
     if allow_tensor_returns is not None:
         contract = "returns" if allow_tensor_returns else "out-buffer"
     allow_tensor_returns = get_contract(contract).refreshes_returns
@@ -405,7 +407,8 @@ def programs(
     if not steps:
         reject()
     # Returning an input unchanged checks nothing; prefer values the steps computed.
-    candidates = [v for v in sorted(env) if v >= len(inputs)] or sorted(env)
+    candidates = [v for v in sorted(env) if outputs_may_be_inputs or v >= len(inputs)]
+    candidates = candidates or sorted(env)
     chosen = draw(_outputs(tuple(candidates)))
     # The last value is usually the interesting one; a shrunk program keeps it.
     outputs = tuple(sorted({candidates[-1], *chosen} if draw(_booleans) else set(chosen)))
