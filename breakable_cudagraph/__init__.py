@@ -16,6 +16,9 @@ BREAK_CONTRACT = "returns"
 # And its promise: a capture intermediate given to a break dies when the caller drops it
 # (arguments.hold_for_replay keeps a non-owning alias), so holding one is a bug.
 RELEASES_BREAK_ARGUMENTS = True
+# And that it needs no caller's help: it pauses the collector itself and keeps each capture to
+# its own thread, so the harness tests it without the duties vLLM's runner takes on.
+GUARDS_ITSELF = True
 
 __all__ = [
     "DISABLE_ENV_VAR",

@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 from verification.commands import certify, check, fuzz, fuzz_op, mutate
 from verification.commands.options import forget_new_outputs, remove_new_outputs
 from verification.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from verification.targets.upstream import use_target_path
 
 # Subcommand -> (adds its parser, runs it on the parsed arguments and the argv).
 COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace, Sequence[str]], int]]] = {
@@ -85,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     forget_new_outputs()
     try:
         args = build_parser().parse_args(argv)
+        use_target_path(args)
         return COMMANDS[args.command][1](args, argv)
     except UsageError as error:
         remove_new_outputs()

@@ -2,26 +2,49 @@
 
 ``out-buffer`` is vLLM's: a break writes into tensors its caller provides and returns None
 (or one of its arguments, unchanged); a fresh tensor it returns is not refreshed at replay.
-``returns`` is this library's: returned tensors are refreshed at replay. A target declares
-its contract with a module attribute (:data:`DECLARATION`); undeclared targets are judged by
-``out-buffer``, the contract of upstream vLLM.
+``returns`` is this library's: returned tensors are refreshed at replay. ``sglang`` refreshes
+returns too. A contract also states what the engine's caller guarantees (:data:`DUTIES`): vLLM's
+and SGLang's runners freeze the collector around captures and capture from one thread at a time,
+so the harness does the same for targets judged by them, and a target's reliance on a duty is a
+note, not a bug. A target that declares :data:`GUARDS_ITSELF` is tested without them. A target
+declares its contract with a module attribute (:data:`DECLARATION`); undeclared targets are
+judged by ``out-buffer``, the contract of upstream vLLM.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from verification.errors import UsageError
 
+# What an engine's runner guarantees around its captures, as "relies on its caller to ...".
+COLLECTOR = "collector"
+ONE_CAPTURING_THREAD = "one-capturing-thread"
+DUTIES: dict[str, str] = {
+    COLLECTOR: "freeze the collector around captures",
+    ONE_CAPTURING_THREAD: "capture from one thread at a time",
+}
+# ``GUARDS_ITSELF = True``: the target needs none of its caller's duties (this library).
+GUARDS_ITSELF = "GUARDS_ITSELF"
+
 
 @dataclass(frozen=True)
 class Contract:
-    """``refreshes_returns``: a tensor a break returns holds the new result after each replay."""
+    """``refreshes_returns``: a tensor a break returns holds the new result after each replay.
+    ``caller_duties`` (of :data:`DUTIES`) are what ``caller`` (the engine's runner) does."""
 
     name: str
     refreshes_returns: bool
     summary: str
+    caller_duties: tuple[str, ...] = ()
+    caller: str = ""
+
+    def reliance_note(self, duty: str) -> str:
+        return f"relies on its caller to {DUTIES[duty]}; {self.caller} does"
 
 
 CONTRACTS: dict[str, Contract] = {
@@ -32,11 +55,23 @@ CONTRACTS: dict[str, Contract] = {
             refreshes_returns=False,
             summary="a break writes into caller-provided tensors and returns None or an "
             "argument unchanged; a fresh tensor it returns is not refreshed at replay (vLLM)",
+            # gpu_model_runner.py: freeze_gc_for_cudagraph_capture, one capture loop.
+            caller_duties=(COLLECTOR, ONE_CAPTURING_THREAD),
+            caller="vLLM's runner",
         ),
         Contract(
             "returns",
             refreshes_returns=True,
             summary="a tensor a break returns is refreshed at every replay (breakable_cudagraph)",
+        ),
+        Contract(
+            "sglang",
+            refreshes_returns=True,
+            summary="a tensor a break returns is refreshed at every replay, copied into the "
+            "capture-time result (SGLang's _copy_output)",
+            # base_cuda_graph_runner.py: freeze_gc around the capture loop, one runner thread.
+            caller_duties=(COLLECTOR, ONE_CAPTURING_THREAD),
+            caller="SGLang's runner",
         ),
     )
 }
@@ -69,3 +104,28 @@ def declared_contract(module: Any) -> Contract:
     if legacy is not None:
         return CONTRACTS["returns" if legacy else "out-buffer"]
     return CONTRACTS[DEFAULT_CONTRACT]
+
+
+def caller_duties(module: Any, contract: Contract) -> tuple[str, ...]:
+    """The duties the harness fulfils for ``module``: none where it guards itself."""
+    return () if getattr(module, GUARDS_ITSELF, False) is True else contract.caller_duties
+
+
+@contextlib.contextmanager
+def collector_frozen() -> Iterator[None]:
+    """The collector duty as vLLM's runner fulfils it (``freeze_gc_for_cudagraph_capture``):
+    collect, freeze every object alive and disable the collector, so that it frees nothing
+    mid-capture; unfreeze, collect and restore after. SGLang's ``freeze_gc`` freezes without
+    disabling, and its runner holds every graph it captured, so none becomes garbage
+    mid-capture either; the checker applies the one stricter form to both."""
+    was_on = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was_on:
+            gc.enable()
+        gc.collect()

@@ -31,6 +31,7 @@ HARNESS_ERROR = "harness-error"
 MEMORY_HELD = "memory-held"
 KNOWN_UNSAFE = "known-unsafe"
 TORCH_LIMIT = "torch-limit"
+CALLER_DUTY = "caller-duty"
 
 # Every kind, in one table that no import fills: what it holds never depends on which
 # checks were imported first. A new kind is one entry here.
@@ -79,6 +80,13 @@ FINDING_KINDS: dict[str, FindingKind] = {
             "a limitation of torch or CUDA that no target can work around, shown by the "
             "checker; never a target bug",
             about_target=False,
+        ),
+        FindingKind(
+            CALLER_DUTY,
+            False,
+            "the target relies on a duty its engine's runner fulfils under its contract "
+            "(verification/contracts.py), so the checker fulfils it too, as that runner does; "
+            "a note, not a bug",
         ),
     )
 }

@@ -35,6 +35,7 @@ from verification.devices import resolve_device
 from verification.properties import PROPERTIES
 from verification.properties.reproduce import render, write
 from verification.targets import DEFAULT_TARGET, load_target
+from verification.targets.upstream import add_target_path
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -54,6 +55,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     check.add_argument(
         "--target", default=DEFAULT_TARGET, metavar="MODULE", help="importable module under test"
     )
+    add_target_path(check)
     check.add_argument(
         "--contract",
         help=f"break contract ({', '.join(CONTRACTS)}); default: the one the target declares",

@@ -21,6 +21,7 @@ from verification.devices import DEVICE_CHOICES
 from verification.errors import UsageError
 from verification.fuzz import CampaignConfig, CampaignResult
 from verification.targets import DEFAULT_TARGET, Target
+from verification.targets.upstream import add_target_path
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -44,6 +45,7 @@ def add_common(parser: argparse.ArgumentParser, defaults: bool) -> None:
     parser.add_argument(
         "--target", default=DEFAULT_TARGET, metavar="MODULE", help="importable module under test"
     )
+    add_target_path(parser)
     add_device(parser)
     parser.add_argument(
         "--contract",

@@ -111,9 +111,9 @@ class _Capture:
 
     def _open_segment(self) -> None:
         graph = torch.cuda.CUDAGraph()
-        # thread_local, as vLLM captures since vllm#46253: in global mode another
-        # thread's sync or allocation (NCCL's proxy threads) invalidates the capture.
-        graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
+        # torch's default mode, global, as vLLM 0.33.0 captures (no capture_error_mode passed):
+        # another thread's unsafe call during the capture is refused by CUDA.
+        graph.capture_begin(pool=self.pool)
         self._graph = graph
 
     def _close_segment(self) -> None:

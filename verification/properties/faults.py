@@ -11,6 +11,8 @@ at capture: never a capture silently cut short. A warning ``capture_end`` raises
 the caller, and its graph must still replay. An
 earlier capture freed by the cyclic collector while a capture is open must not break it (the
 target keeps the collector off while capturing), and the collector must be on again after.
+Under a contract whose caller freezes the collector (vLLM's, SGLang's), the checker freezes it
+as that runner does, and a target that breaks without it gets a ``caller-duty`` note.
 
 The pool is shared with a live graph throughout, as a serving engine's pool is: torch lets a
 capture into a pool id only while one of its graphs lives. After a capture-illegal call, torch
@@ -34,8 +36,9 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.contracts import COLLECTOR, collector_frozen
 from verification.execute import collector_paused
-from verification.findings import TORCH_LIMIT, Finding
+from verification.findings import CALLER_DUTY, TORCH_LIMIT, Finding
 from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
@@ -408,7 +411,22 @@ def caught_break_problem(config: CheckConfig) -> str | None:
     return None
 
 
-def collector_problem(config: CheckConfig) -> str | None:
+def collector_problem(config: CheckConfig, notes: list[str] | None = None) -> str | None:
+    """The collector scenario (:func:`collector_scenario_problem`) as the target's caller runs
+    it: with the collector frozen where its contract makes that the runner's duty, noting in
+    ``notes`` when the target fails without it."""
+    if COLLECTOR not in config.target.caller_duties:
+        return collector_scenario_problem(config, caller_freezes=False)
+    problem = collector_scenario_problem(config, caller_freezes=True)
+    if problem is None and notes is not None:
+        relies = collector_scenario_problem(config, caller_freezes=False) is not None
+        _generator_left_capturing(config.device)  # the broken capture may leave it capturing
+        if relies:
+            notes.append(config.target.contract.reliance_note(COLLECTOR))
+    return problem
+
+
+def collector_scenario_problem(config: CheckConfig, caller_freezes: bool) -> str | None:
     """An earlier capture that only the cyclic collector can free, made garbage while another
     capture is open, must not break that capture; and the collector is on again afterwards.
 
@@ -432,8 +450,9 @@ def collector_problem(config: CheckConfig) -> str | None:
     with torch.cuda.stream(side), old:
         halve(x * 2)
     gc.collect()
+    frozen = collector_frozen() if caller_freezes else contextlib.nullcontext()
     try:
-        with torch.cuda.stream(side), target.BreakableCUDAGraphCapture():
+        with frozen, torch.cuda.stream(side), target.BreakableCUDAGraphCapture():
             y = x * 3
             cycle: list[Any] = [old]
             cycle.append(cycle)
@@ -493,12 +512,15 @@ def check(config: CheckConfig) -> CheckResult:
             st.integers(0, 3),
             st.sampled_from(tuple(ILLEGAL_CALLS)),
         )
-        for fixed in (warning_problem, caught_break_problem, collector_problem):
+        duties: list[str] = []
+        collector = functools.partial(collector_problem, notes=duties)
+        for fixed in (warning_problem, caught_break_problem, collector):
             problem = fixed(config)
             if problem is not None:
                 return 1, [property_finding(NAME, "target-bug", problem)]
         examples, found = search(config, strategy, body)
         notes = [property_finding(NAME, TORCH_LIMIT, limit) for limit in sorted(limits)]
+        notes += [property_finding(NAME, CALLER_DUTY, duty) for duty in duties]
         return examples, ([found] if found else []) + notes
 
     return timed(NAME, run)

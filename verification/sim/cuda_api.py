@@ -244,3 +244,13 @@ def torch_replacements() -> dict[str, Any]:
 
 def lazy_init() -> None:
     pass  # nothing to initialise; CPU torch calls this before it builds a CUDA tensor
+
+
+def stream_capture_status(handle: int) -> str:
+    """``cudaStreamGetCaptureInfo`` on the stream whose ``cuda_stream`` is ``handle``:
+    ``"none"``, ``"active"``, or ``"invalidated"`` (a capture an illegal call broke)."""
+    for capture in list(state.require().captures):
+        for stream in list(capture.clocks):
+            if stream.cuda_stream == handle and stream.capture is capture:
+                return "invalidated" if capture.invalid else "active"
+    return "none"

@@ -17,7 +17,7 @@ import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
-from verification.contracts import Contract, declared_contract, get_contract
+from verification.contracts import Contract, caller_duties, declared_contract, get_contract
 from verification.errors import UsageError
 
 DEFAULT_TARGET = "breakable_cudagraph"
@@ -40,6 +40,11 @@ class Target:
     @property
     def supports_tensor_returns(self) -> bool:
         return self.contract.refreshes_returns
+
+    @property
+    def caller_duties(self) -> tuple[str, ...]:
+        """What the harness does for the target, as its engine's runner does."""
+        return caller_duties(self.module, self.contract)
 
     @property
     def releases_break_arguments(self) -> bool:

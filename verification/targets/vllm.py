@@ -1,46 +1,109 @@
-"""Adapter: vLLM's breakable cudagraph module seen through the harness's target API.
+"""Adapter: vLLM's ``vllm/compilation/breakable_cudagraph.py`` (canonical since it landed; in
+0.33.0 its decorator is live without ``VLLM_USE_BREAKABLE_CUDAGRAPH``) seen through the
+harness's target API.
 
-Importing it sets ``VLLM_USE_BREAKABLE_CUDAGRAPH=1`` first, because vLLM's
-``eager_break_during_capture`` returns the function undecorated unless that switch is on.
-vLLM's capture takes ``add_eager(fn)`` with a zero-argument ``fn`` and a pool that its
-wrapper always passes; this adapter binds arguments and gives each capture one pool, as
-vLLM's wrapper does. vLLM declares no contract, so it is judged by ``out-buffer``. Without
-vLLM installed, importing it raises :class:`~verification.errors.UsageError`.
+The module comes from the installed vLLM, imported whole where vLLM loads (a GPU machine with
+its dependencies), else from that package's file (or a checkout's, ``--target-path``) with
+stand-ins for the imports it makes (:mod:`verification.targets.upstream`): ``weak_ref_tensor``
+as vLLM's C++ defines it; no forward context, as in a bare capture; the rest is used only by
+``BreakableCUDAGraphWrapper``, which is not under test. vLLM's ``add_eager`` takes a
+zero-argument ``fn`` and its wrapper always passes a pool: this adapter binds arguments and gives
+each capture one pool, as the wrapper does. Judged by ``out-buffer``, vLLM's contract, with its
+runner's duties (collector frozen and disabled around captures, one capturing thread). Without
+vLLM, importing this raises :class:`~verification.errors.UsageError`.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import importlib
-import os
+import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from verification.errors import UsageError
+from verification.targets import upstream
 
-os.environ["VLLM_USE_BREAKABLE_CUDAGRAPH"] = "1"
+MODULE = "vllm.compilation.breakable_cudagraph"
+RELATIVE = "compilation/breakable_cudagraph.py"
+BREAK_CONTRACT = "out-buffer"
 
-# Newer vLLM moved the module; the old path is a compatibility alias.
-_MODULES = ("vllm.backends.compiler.breakable_cudagraph", "vllm.compilation.breakable_cudagraph")
+
+def _unavailable(what: str) -> Callable[..., Any]:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{what} is a stand-in: only BreakableCUDAGraphWrapper needs it")
+
+    return call
 
 
-def _import_vllm() -> Any:
-    for name in _MODULES:
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError as error:
-            if error.name is not None and not name.startswith(error.name):
-                raise
-    raise UsageError(
-        "target verification.targets.vllm needs vLLM with breakable cudagraphs "
-        f"({' or '.join(_MODULES)}): pip install vllm"
+class _CUDAGraphMode(enum.Enum):
+    NONE = 0
+    PIECEWISE = 1
+    FULL = 2
+
+
+def _weak_ref_tensor(tensor: Any) -> Any:
+    # vllm.utils.torch_utils.weak_ref_tensor: empty tensors and non-tensors pass unchanged.
+    if isinstance(tensor, torch.Tensor) and tensor.numel() > 0:
+        return upstream.weak_ref_tensor(tensor)
+    return tensor
+
+
+def _weak_ref_tensors(tensors: Any) -> Any:
+    if isinstance(tensors, torch.Tensor):
+        return _weak_ref_tensor(tensors)
+    if isinstance(tensors, (list, tuple)):
+        return type(tensors)(_weak_ref_tensor(t) for t in tensors)
+    raise ValueError("Invalid type for tensors")
+
+
+def _register_stand_ins() -> None:
+    stand = upstream.stand_in
+    stand("vllm.envs", VLLM_USE_BREAKABLE_CUDAGRAPH=True, VLLM_ENABLE_CUDAGRAPH_GC=False)
+    stand("vllm.compilation.cudagraph_pool", capture_pool=_unavailable("capture_pool"))
+    stand(
+        "vllm.compilation.monitor",
+        validate_cudagraph_capturing_enabled=_unavailable("validate_cudagraph_capturing_enabled"),
+    )
+    stand("vllm.config", CUDAGraphMode=_CUDAGraphMode, VllmConfig=type("VllmConfig", (), {}))
+    stand(
+        "vllm.forward_context",
+        BatchDescriptor=type("BatchDescriptor", (), {}),
+        get_forward_context=_unavailable("get_forward_context"),
+        is_forward_context_available=lambda: False,
+    )
+    stand("vllm.logger", init_logger=logging.getLogger)
+    stand(
+        "vllm.model_executor.layers.fusion.quant_activation",
+        QuantizedActivation=type("QuantizedActivation", (), {}),
+    )
+    stand("vllm.model_executor.offloader.base", get_offloader=_unavailable("get_offloader"))
+    stand("vllm.platforms", current_platform=None)
+    stand(
+        "vllm.utils.torch_utils",
+        weak_ref_tensor=_weak_ref_tensor,
+        weak_ref_tensors=_weak_ref_tensors,
     )
 
 
-_vllm = _import_vllm()
-__version__ = getattr(importlib.import_module("vllm"), "__version__", None)
+def _load() -> tuple[Any, str | None, str]:
+    root, origin = upstream.package_root("vllm", RELATIVE, "verification.targets.vllm")
+    version = upstream.package_version(root, "vllm", "_version.py")
+    if origin == "installed" and torch.cuda.is_available():
+        before = set(sys.modules)
+        try:
+            return importlib.import_module(MODULE), version, "imported whole"
+        except ImportError:
+            for name in set(sys.modules) - before:
+                del sys.modules[name]
+    _register_stand_ins()
+    return upstream.load_file(MODULE, root / "vllm" / RELATIVE), version, origin
+
+
+_vllm, __version__, ORIGIN = _load()
 eager_break_during_capture = _vllm.eager_break_during_capture
 
 
