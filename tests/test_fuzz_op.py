@@ -141,7 +141,7 @@ def test_certify_with_a_faulty_op_fails_naming_the_op_and_the_part(bcg_kind, tmp
     coverage = cert["coverage"]["registered_ops"]
     assert coverage[f"{ref} programs_with_op"] == coverage[f"{ref} programs"] >= 1
     text = (out / "certificate.md").read_text()
-    assert "# Certificate for `breakable_cudagraph`: FAIL" in text
+    assert "# Certificate: FAIL for `breakable_cudagraph`" in text
     assert f"**op-bug** declared writes: op {ref}: it returns a fresh tensor" in text
     assert f"{ref} nested" in coverage
 

@@ -194,7 +194,7 @@ def test_certify_with_a_stashing_op_fails_naming_the_op_and_the_part(bcg_kind, t
     argv = ["certify", "--device", bcg_kind, "--examples", "5", "--no-sensitivity"]
     assert main([*argv, "--ops", ref, "--out", str(tmp_path)]) == 1
     text = (tmp_path / "certificate.md").read_text()
-    assert "`breakable_cudagraph`: FAIL" in text
+    assert "FAIL for `breakable_cudagraph`" in text
     assert f"**op-bug** no state across calls: op {ref}: it stashes a tensor" in text
     assert "target-bug" not in text
 
