@@ -1,7 +1,8 @@
 """A fuzz campaign: hypothesis draws programs, the oracle checks them, findings get reports.
 
-:func:`run_campaign` runs in this process (under the simulator for ``sim``), stops at the
-first finding, lets hypothesis shrink it and returns it with a reproducer script.
+:func:`run_campaign` runs in this process (under the simulator for ``sim``), reports every
+distinct violation it meets within its budget (:mod:`verification.search`), each shrunk by
+hypothesis, with a reproducer script each.
 :func:`run_isolated` runs the same campaign in a child process and turns a child killed
 by a signal (a capture bug can abort the process) into a ``crash`` finding for the
 program it was running, which the child writes to a file before every example.
@@ -22,11 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-from hypothesis import seed as hypothesis_seed
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.database import ExampleDatabase
-from hypothesis.errors import FlakyFailure
 
 from verification.devices import device_context, resolve_device
 from verification.exampledb import shared_database
@@ -35,6 +34,7 @@ from verification.ops.spec import OpSpec
 from verification.oracle import Finding, InvalidProgram, check_program
 from verification.programs import Program, programs
 from verification.report import render_reproducer, write_reproducer
+from verification.search import search
 from verification.targets import DEFAULT_TARGET, Target, load_target
 
 
@@ -107,28 +107,6 @@ class CampaignResult:
 COVERAGE_KEYS = ("ops", "break_ops", "break_positions", "input_dtypes")
 
 
-class _Found(Exception):
-    """Raised inside the hypothesis test so that hypothesis shrinks the finding."""
-
-    def __init__(self, finding: Finding) -> None:
-        super().__init__(finding.summary())
-        self.finding = finding
-
-
-def _hypothesis_settings(examples: int, database: ExampleDatabase | None) -> settings:
-    return settings(
-        max_examples=examples,
-        database=database,
-        deadline=None,
-        report_multiple_bugs=False,
-        verbosity=Verbosity.quiet,
-        suppress_health_check=list(HealthCheck),
-        # The explain phase only annotates the report we do not print, and its internal
-        # checks trip over programs whose length depends on earlier choices.
-        phases=[p for p in Phase if p is not Phase.explain],
-    )
-
-
 def _break_positions(program: Program) -> list[str]:
     """Where each break sits: first, last, right after another break, or in between."""
     flags = [s.brk for s in program.steps]
@@ -154,7 +132,7 @@ def _search(
     counter: list[int],
     coverage: dict[str, Counter[str]],
     progress: Callable[[int], None],
-) -> Finding | None:
+) -> list[Finding]:
     strategy = (
         config.strategy
         if config.strategy is not None
@@ -167,11 +145,8 @@ def _search(
     )
     examples = config.examples if config.examples is not None else settings.default.max_examples
 
-    # Settings outside the seed: @seed drops the database of the settings it wraps.
-    @_hypothesis_settings(examples, config.database)
-    @hypothesis_seed(config.seed)
-    @given(strategy, st.integers(0, 2**16))
-    def example(program: Program, input_seed: int) -> None:
+    def example(drawn: tuple[Program, int]) -> Finding | None:
+        program, input_seed = drawn
         counter[0] += 1
         if config.observe is not None:
             config.observe(program)
@@ -180,25 +155,20 @@ def _search(
         if config.program_file is not None:
             config.program_file.write_bytes(pickle.dumps((program, input_seed)))
         try:
-            finding = check_program(program, target, device, input_seed, config.replays, config.ops)
+            return check_program(program, target, device, input_seed, config.replays, config.ops)
         except InvalidProgram as error:
-            finding = Finding(
-                "invalid-program", str(error), program, input_seed, kind=HARNESS_ERROR
-            )
-        if finding is not None:
-            raise _Found(finding)
+            return Finding("invalid-program", str(error), program, input_seed, kind=HARNESS_ERROR)
 
-    try:
-        example()
-    except _Found as found:
-        return found.finding
-    except FlakyFailure as flaky:
-        # A failure that did not repeat when rerun (a racy target) is still a finding.
-        found = [e for e in flaky.exceptions if isinstance(e, _Found)]
-        if not found:
-            raise
-        return found[0].finding
-    return None
+    return search(
+        st.tuples(strategy, st.integers(0, 2**16)),
+        example,
+        examples=examples,
+        seed=config.seed,
+        # One finding per kind of violation: a mismatch found again in a longer program is
+        # the same bug.
+        key=lambda finding: (finding.kind, finding.violation),
+        database=config.database,
+    ).findings
 
 
 def report_findings(result: CampaignResult, config: CampaignConfig, target: Target) -> None:
@@ -217,7 +187,7 @@ def report_findings(result: CampaignResult, config: CampaignConfig, target: Targ
 def run_campaign(
     config: CampaignConfig, progress: Callable[[int], None] = lambda advance: None
 ) -> CampaignResult:
-    """Fuzzes ``config.target`` in this process until a finding or the example budget.
+    """Fuzzes ``config.target`` in this process for the example budget.
 
     ``progress`` is called with 1 after each example drawn (shrinking included).
     """
@@ -233,14 +203,14 @@ def run_campaign(
         # Frozen once the device is set up, so that what it imported is skipped too.
         gc.freeze()
         try:
-            finding = _search(config, target, device, counter, coverage, progress)
+            findings = _search(config, target, device, counter, coverage, progress)
         finally:
             gc.unfreeze()
     result = CampaignResult(target.name, kind, counter[0], time.perf_counter() - start)
     result.startup_s = start - opened
     result.coverage = {k: dict(sorted(c.items())) for k, c in coverage.items()}
-    if finding is not None:
-        result.findings.append(finding)
+    if findings:
+        result.findings.extend(findings)
         report_findings(result, config, target)
     return result
 

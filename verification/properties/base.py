@@ -4,8 +4,9 @@ A check receives a :class:`CheckConfig` (target, device, budgets) and returns a
 :class:`CheckResult`. A :class:`PropertyFinding` carries a finding kind of
 :mod:`verification.finding_kinds`: ``target-bug`` fails the target; the kinds added here,
 ``memory-held`` (memory kept alive without being wrong, with its figure) and
-``known-unsafe`` (a documented hazard the checker demonstrated), never do. :func:`search` runs hypothesis until a failing finding and
-shrinks it.
+``known-unsafe`` (a documented hazard the checker demonstrated), never do. A check collects
+into :class:`Findings`, which runs fixed scenarios and the shared search driver
+(:mod:`verification.search`) and keeps every distinct finding once.
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-from hypothesis.errors import FlakyFailure
 
+from verification.execute import collector_paused
 from verification.finding_kinds import (
     HARNESS_ERROR,
     TARGET_BUG,
@@ -31,6 +30,7 @@ from verification.finding_kinds import (
     register_finding_kind,
 )
 from verification.programs import Program, programs
+from verification.search import search, symptom
 from verification.targets import Target
 
 MEMORY_HELD = register_finding_kind(
@@ -44,6 +44,12 @@ KNOWN_UNSAFE = register_finding_kind(
     "a documented hazard (replaying captures of one pool out of order), demonstrated by the "
     "checker; never a target bug",
     about_target=False,
+).name
+SKIPPED = register_finding_kind(
+    "skipped",
+    False,
+    "a check stopped early: a finding left the target unusable in this process, and what "
+    "followed would only have reported that leftover",
 ).name
 
 
@@ -97,26 +103,6 @@ class CheckResult:
         return any(f.fails for f in self.findings)
 
 
-class Found(Exception):
-    """Raised inside a hypothesis example so that hypothesis shrinks the finding."""
-
-    def __init__(self, finding: PropertyFinding) -> None:
-        super().__init__(finding.summary())
-        self.finding = finding
-
-
-def _settings(examples: int) -> settings:
-    return settings(
-        max_examples=examples,
-        database=None,
-        deadline=None,
-        report_multiple_bugs=False,
-        verbosity=Verbosity.quiet,
-        suppress_health_check=list(HealthCheck),
-        phases=[p for p in Phase if p is not Phase.explain],
-    )
-
-
 def program_strategy(
     config: CheckConfig, *, max_ops: int | None = None, ops: Any = None
 ) -> st.SearchStrategy[Program]:
@@ -129,34 +115,135 @@ def program_strategy(
     )
 
 
-def search(
-    config: CheckConfig,
-    strategy: st.SearchStrategy[Any],
-    body: Callable[[Any], PropertyFinding | None],
-    examples: int | None = None,
-) -> tuple[int, PropertyFinding | None]:
-    """Runs ``body`` on drawn values until it returns a failing finding; (examples, finding)."""
-    counter = [0]
+def finding_key(finding: PropertyFinding) -> tuple[str, str, str]:
+    """What makes two findings of a check one bug: their kind and their symptom."""
+    return finding.prop, finding.kind, symptom(finding.message)
 
-    @hypothesis_seed(config.seed)
-    @_settings(examples if examples is not None else config.examples)
-    @given(strategy)
-    def example(value: Any) -> None:
-        counter[0] += 1
-        finding = body(value)
-        if finding is not None:
-            raise Found(finding)
 
+def _same_finding(finding: PropertyFinding) -> tuple[Any, ...]:
+    return (*finding_key(finding), repr(finding.program), finding.scenario)
+
+
+def unusable(config: CheckConfig) -> str | None:
+    """Why the target cannot be used any more in this process, or None: a capture left
+    active or a stream left capturing, or a fresh capture with one break that fails or
+    replays wrong."""
+    target = config.target
     try:
-        example()
-    except Found as found:
-        return counter[0], found.finding
-    except FlakyFailure as flaky:
-        found = [e for e in flaky.exceptions if isinstance(e, Found)]
-        if not found:
-            raise
-        return counter[0], found[0].finding
-    return counter[0], None
+        if target.BreakableCUDAGraphCapture.current() is not None:
+            return "a capture is left active in this thread"
+        if torch.cuda.is_current_stream_capturing():
+            return "the caller's stream is left capturing"
+
+        @target.eager_break_during_capture
+        def halve(t: torch.Tensor) -> None:
+            t.mul_(0.5)
+
+        x = torch.ones(4, device=config.device)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), collector_paused():
+            capture = target.BreakableCUDAGraphCapture(pool=torch.cuda.graph_pool_handle())
+            with capture:
+                y = x * 2
+                halve(y)
+                z = y + 1
+        torch.cuda.current_stream().wait_stream(side)
+        x.fill_(3.0)
+        capture.replay()
+        torch.cuda.synchronize()
+        if not torch.equal(z, x * 2 * 0.5 + 1):
+            return "a fresh capture with one break replays wrong values"
+        reset = getattr(capture, "reset", None)
+        if callable(reset):
+            reset()
+    except Exception as error:
+        return f"a fresh capture with one break raises {error!r}"
+    return None
+
+
+class Findings:
+    """What one check found so far, each finding once (by kind, symptom, program and
+    scenario). Once a failing finding leaves the target unusable, the check takes no more
+    work: whatever followed would report that leftover, not a bug of its own."""
+
+    def __init__(self, prop: str, config: CheckConfig) -> None:
+        self.prop = prop
+        self.config = config
+        self.examples = 0
+        self.found: list[PropertyFinding] = []
+        self.stopped: str | None = None
+
+    @property
+    def going(self) -> bool:
+        return self.stopped is None
+
+    def add(self, finding: PropertyFinding | None) -> None:
+        if finding is None or not self.going:
+            return
+        if any(_same_finding(f) == _same_finding(finding) for f in self.found):
+            return
+        self.found.append(finding)
+        if finding.fails:
+            self.stopped = unusable(self.config)
+
+    def fixed(self, problem: Callable[[CheckConfig], str | None]) -> None:
+        """Runs one fixed scenario (no drawn example) and records its problem, if any."""
+        if not self.going:
+            return
+        self.examples += 1
+        try:
+            found = problem(self.config)
+        except Exception as error:
+            self.add(error_finding(self.prop, error))
+            return
+        if found is not None:
+            self.add(PropertyFinding(self.prop, TARGET_BUG, found))
+
+    def search(
+        self,
+        strategy: st.SearchStrategy[Any],
+        body: Callable[[Any], PropertyFinding | None],
+        examples: int | None = None,
+        key: Callable[[PropertyFinding], Any] = finding_key,
+    ) -> None:
+        """Runs ``body`` on drawn values for the budget; every distinct finding, shrunk."""
+        if not self.going:
+            return
+        # A drawn example that shows a fixed scenario's symptom again is the same bug.
+        known = {key(f) for f in self.found}
+
+        def new_only(value: Any) -> PropertyFinding | None:
+            finding = body(value)
+            return None if finding is not None and key(finding) in known else finding
+
+        outcome = search(
+            strategy,
+            new_only,
+            examples=examples if examples is not None else self.config.examples,
+            seed=self.config.seed,
+            key=key,
+            error_finding=lambda error: error_finding(self.prop, error),
+            usable=lambda: unusable(self.config),
+        )
+        self.examples += outcome.examples
+        for finding in outcome.findings:
+            self.add(finding)
+        if outcome.stopped is not None:
+            self.stopped = outcome.stopped
+
+    def result(self) -> tuple[int, list[PropertyFinding]]:
+        notes = []
+        if self.stopped is not None:
+            notes.append(
+                PropertyFinding(
+                    self.prop,
+                    SKIPPED,
+                    f"the rest of the check was skipped: target unusable after its finding "
+                    f"({self.stopped})",
+                )
+            )
+        return self.examples, self.found + notes
 
 
 _HARNESS = Path(__file__).resolve().parent.parent
@@ -182,6 +269,13 @@ def _raised_by_harness(error: BaseException) -> bool:
     return innermost is not None and _HARNESS in innermost.parents
 
 
+def error_finding(prop: str, error: Exception) -> PropertyFinding:
+    """An exception that escaped a check's code: a ``harness-error`` when the harness's own
+    code raised it, else a ``target-bug``."""
+    kind = HARNESS_ERROR if _raised_by_harness(error) else TARGET_BUG
+    return PropertyFinding(prop, kind, f"the check raised {error!r}")
+
+
 def timed(prop: str, run: Callable[[], tuple[int, list[PropertyFinding]]]) -> CheckResult:
     """Runs a check with the heap so far frozen: the checks collect garbage often, and a
     full collection walks all of torch and hypothesis (a second each on a busy machine).
@@ -196,8 +290,7 @@ def timed(prop: str, run: Callable[[], tuple[int, list[PropertyFinding]]]) -> Ch
     try:
         examples, findings = run()
     except Exception as error:
-        kind = HARNESS_ERROR if _raised_by_harness(error) else TARGET_BUG
-        examples, findings = 0, [PropertyFinding(prop, kind, f"the check raised {error!r}")]
+        examples, findings = 0, [error_finding(prop, error)]
     finally:
         gc.unfreeze()
     return CheckResult(prop, examples, time.perf_counter() - start, findings)

@@ -20,9 +20,9 @@ from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
+    Findings,
     PropertyFinding,
     program_strategy,
-    search,
     timed,
 )
 from verification.properties.runs import ProgramRun, reserved, settle
@@ -84,6 +84,8 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[PropertyFinding]]:
+        found = Findings(NAME, config)
+
         def body(program: Program) -> PropertyFinding | None:
             problem = repetition_problem(program, config)
             if problem is None:
@@ -92,7 +94,7 @@ def check(config: CheckConfig) -> CheckResult:
 
         strategy = program_strategy(config).filter(lambda p: p.num_breaks > 0)
         # One long run is the point; a few programs cover different break layouts.
-        examples, found = search(config, strategy, body, max(1, min(3, config.examples // 10)))
-        return examples, [found] if found else []
+        found.search(strategy, body, max(1, min(3, config.examples // 10)))
+        return found.result()
 
     return timed(NAME, run)

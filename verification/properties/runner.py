@@ -37,9 +37,9 @@ from verification.programs import Program, default_ops, make_inputs, op_table
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
+    Findings,
     PropertyFinding,
     program_strategy,
-    search,
     timed,
 )
 from verification.properties.runs import DEFAULT_POOL
@@ -351,9 +351,8 @@ def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[PropertyFinding]]:
         # The arguments first: a runner that takes them otherwise than documented would show
         # up as a miscount on a drawn program, which names a symptom, not the argument.
-        problem = arguments_problem(config)
-        if problem is not None:
-            return 1, [PropertyFinding(NAME, "target-bug", problem)]
+        found = Findings(NAME, config)
+        found.fixed(arguments_problem)
 
         def body(program: Program) -> PropertyFinding | None:
             problem = runner_problem(program, config)
@@ -362,11 +361,9 @@ def check(config: CheckConfig) -> CheckResult:
             return PropertyFinding(NAME, "target-bug", problem, program, config.seed)
 
         strategy = program_strategy(config, ops=OPS)
-        examples, found = search(config, strategy, body, max(1, config.examples // COST))
-        if found is not None:
-            return examples, [found]
-        problem = debug_problem(config)
-        found = None if problem is None else PropertyFinding(NAME, "target-bug", problem)
-        return examples + 2, [found] if found else []
+        if not found.found:  # an argument bug would show again here as a mere miscount
+            found.search(strategy, body, max(1, config.examples // COST))
+        found.fixed(debug_problem)
+        return found.result()
 
     return timed(NAME, run)

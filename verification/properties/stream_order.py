@@ -21,9 +21,9 @@ from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
+    Findings,
     PropertyFinding,
     program_strategy,
-    search,
     timed,
 )
 from verification.properties.runs import ProgramRun
@@ -129,12 +129,14 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[PropertyFinding]]:
+        found = Findings(NAME, config)
         try:
             problem = _judged(config, witness_problem)
         except RaceDetectorMissing as missing:
             return 0, [PropertyFinding(NAME, "harness-error", str(missing))]
+        found.examples += 1
         if problem is not None:
-            return 1, [PropertyFinding(NAME, "target-bug", f"witness: {problem}")]
+            found.add(PropertyFinding(NAME, "target-bug", f"witness: {problem}"))
 
         def body(program: Program) -> PropertyFinding | None:
             if not program.num_breaks:
@@ -145,7 +147,7 @@ def check(config: CheckConfig) -> CheckResult:
             return PropertyFinding(NAME, "target-bug", problem, program, config.seed)
 
         strategy = program_strategy(config).filter(lambda p: p.num_breaks > 0)
-        examples, found = search(config, strategy, body, max(1, config.examples // 2))
-        return examples + 1, [found] if found else []
+        found.search(strategy, body, max(1, config.examples // 2))
+        return found.result()
 
     return timed(NAME, run)

@@ -26,9 +26,9 @@ from verification.programs import Program, default_ops
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
+    Findings,
     PropertyFinding,
     program_strategy,
-    search,
     timed,
 )
 from verification.properties.runs import ProgramRun
@@ -329,9 +329,8 @@ def check(config: CheckConfig) -> CheckResult:
     modes = modes_of(config.target)
 
     def run() -> tuple[int, list[PropertyFinding]]:
-        problem = foreign_add_eager_problem(config)
-        if problem is not None:
-            return 1, [PropertyFinding(NAME, "target-bug", problem)]
+        found = Findings(NAME, config)
+        found.fixed(foreign_add_eager_problem)
 
         def body(drawn: tuple[Program, list[Program], int, int, int]) -> PropertyFinding | None:
             program, programs, at, others, mode_index = drawn
@@ -354,7 +353,7 @@ def check(config: CheckConfig) -> CheckResult:
             st.integers(1, 3),
             st.integers(0, len(modes) - 1),
         )
-        examples, found = search(config, strategy, body, max(len(modes), config.examples // 3))
-        return examples, [found] if found else []
+        found.search(strategy, body, max(len(modes), config.examples // 3))
+        return found.result()
 
     return timed(NAME, run)
