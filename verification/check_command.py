@@ -165,8 +165,8 @@ def main(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for result in results:
         for finding in result.findings:
             print(f"FINDING {finding.summary()}")
-            if finding.fails and finding.program is not None:
-                text = render(finding, target, kind, command)
+            text = render(finding, target, kind, command) if finding.fails else None
+            if text is not None:
                 print("---- reproducer ----\n" + text + "--------------------")
                 if args.report is not None:
                     print(f"reproducer written to {write(args.report, number, finding, text)}")

@@ -12,6 +12,7 @@ into :class:`Findings`, which runs fixed scenarios and the shared search driver
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import time
 from collections.abc import Callable
@@ -115,6 +116,16 @@ def program_strategy(
     )
 
 
+def scenario_of(problem: Callable[..., Any]) -> tuple[tuple[str, Any], ...]:
+    """The scenario entries naming a fixed scenario (a function of ``config``, or a partial of
+    one), from which a reproducer copies its code."""
+    args: tuple[Any, ...] = ()
+    fn = problem
+    if isinstance(problem, functools.partial):
+        fn, args = problem.func, tuple(problem.args)
+    return (("fixed", f"{fn.__module__}:{fn.__qualname__}"), ("args", args))
+
+
 def finding_key(finding: PropertyFinding) -> tuple[str, str, str]:
     """What makes two findings of a check one bug: their kind and their symptom."""
     return finding.prop, finding.kind, symptom(finding.message)
@@ -198,7 +209,7 @@ class Findings:
             self.add(error_finding(self.prop, error))
             return
         if found is not None:
-            self.add(PropertyFinding(self.prop, TARGET_BUG, found))
+            self.add(PropertyFinding(self.prop, TARGET_BUG, found, scenario=scenario_of(problem)))
 
     def search(
         self,
