@@ -90,3 +90,54 @@ def test_a_leak_after_a_fault_at_a_call_made_once_is_found_and_stops_the_check(
     assert point in message and "still active" in message
     # What followed would only report the capture left active.
     assert "skipped" in [kind for kind, _ in findings]
+
+
+def test_in_one_process_the_checks_after_a_target_left_unusable_are_skipped(bcg_kind, tmp_path):
+    if bcg_kind == "cuda":
+        pytest.skip("a leaked capture on a GPU is left to the per-check processes")
+    target = load_target(build("first_capture_begin_leaks"))
+    results = run_properties("all", target, "sim", 5, cycles=CI_CYCLES)
+    by_name = {r.prop: r for r in results}
+    assert by_name["faults"].failed
+    after = list(by_name)[list(by_name).index("faults") + 1 :]
+    assert after and all(by_name[name].skipped == "target unusable after faults" for name in after)
+    assert not any(by_name[name].failed for name in after)
+
+
+def test_check_all_runs_each_check_in_a_process_of_its_own(bcg_kind, tmp_path):
+    module = tmp_path / "planted_leak.py"
+    module.write_text(
+        "from tests.planted_check_targets import build\n"
+        "globals().update({k: v for k, v in vars(build('first_capture_begin_leaks')).items() "
+        "if k != '__name__'})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    argv = ["check", "all", "--target", module.stem, "--device", bcg_kind, "--examples", "5"]
+    done = subprocess.run(
+        [sys.executable, "-m", "verification", *argv, "--cycles", str(CI_CYCLES)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    # The leak fails faults only; every other check starts fresh and passes.
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "failed: faults\n" in done.stdout or done.stdout.rstrip().endswith("failed: faults")
+    assert "skipped:" not in done.stdout.split("check faults")[-1], done.stdout
+
+
+def test_a_forked_check_that_dies_is_a_crash_finding_naming_the_signal(monkeypatch):
+    import dataclasses
+    import signal
+
+    from verification import check_command
+    from verification.properties import PROPERTIES
+
+    def dies(config):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.setitem(PROPERTIES, "nested", dataclasses.replace(PROPERTIES["nested"], check=dies))
+    (result,) = check_command.run_forked(["nested"], load_target("breakable_cudagraph"), "sim", 1)
+    (finding,) = result.findings
+    assert "died by signal SIGKILL" in finding.message and finding.fails

@@ -98,6 +98,8 @@ class CheckResult:
     elapsed_s: float
     findings: list[PropertyFinding] = field(default_factory=list)
     not_applicable: str | None = None
+    # Why the check did not run: an earlier check in this process left the target unusable.
+    skipped: str | None = None
 
     @property
     def failed(self) -> bool:
