@@ -34,8 +34,9 @@ from verification.ops.spec import OpSpec
 from verification.oracle import Finding, InvalidProgram, check_program
 from verification.programs import Program, programs
 from verification.report import render_reproducer, write_reproducer
-from verification.search import search
+from verification.search import Outcome, search
 from verification.targets import DEFAULT_TARGET, Target, load_target
+from verification.usable import unusable
 
 
 @dataclass
@@ -90,6 +91,8 @@ class CampaignResult:
     # Opening the device once per campaign: on the simulator mostly torch._dynamo's import
     # (1 to 2 s, needed by torch's meta kernels), a fixed cost no example pays again.
     startup_s: float = 0.0
+    # Why the search ended before its budget: a finding left the target unusable.
+    stopped: str | None = None
 
     @property
     def examples_per_second(self) -> float:
@@ -100,6 +103,7 @@ class CampaignResult:
             f"fuzz: {self.examples} examples, {len(self.findings)} findings, device={self.device}, "
             f"target={self.target}, {self.examples_per_second:.1f} examples/s"
             + (f" (start-up {self.startup_s:.1f} s)" if self.startup_s >= 0.05 else "")
+            + (f"; stopped early, target unusable: {self.stopped}" if self.stopped else "")
         )
 
 
@@ -132,7 +136,7 @@ def _search(
     counter: list[int],
     coverage: dict[str, Counter[str]],
     progress: Callable[[int], None],
-) -> list[Finding]:
+) -> Outcome[Finding]:
     strategy = (
         config.strategy
         if config.strategy is not None
@@ -167,8 +171,9 @@ def _search(
         # One finding per kind of violation: a mismatch found again in a longer program is
         # the same bug.
         key=lambda finding: (finding.kind, finding.violation),
+        usable=lambda: unusable(target, device),
         database=config.database,
-    ).findings
+    )
 
 
 def report_findings(result: CampaignResult, config: CampaignConfig, target: Target) -> None:
@@ -203,14 +208,15 @@ def run_campaign(
         # Frozen once the device is set up, so that what it imported is skipped too.
         gc.freeze()
         try:
-            findings = _search(config, target, device, counter, coverage, progress)
+            outcome = _search(config, target, device, counter, coverage, progress)
         finally:
             gc.unfreeze()
     result = CampaignResult(target.name, kind, counter[0], time.perf_counter() - start)
     result.startup_s = start - opened
     result.coverage = {k: dict(sorted(c.items())) for k, c in coverage.items()}
-    if findings:
-        result.findings.extend(findings)
+    result.stopped = outcome.stopped
+    if outcome.findings:
+        result.findings.extend(outcome.findings)
         report_findings(result, config, target)
     return result
 

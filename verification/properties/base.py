@@ -23,7 +23,6 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.execute import collector_paused
 from verification.finding_kinds import (
     HARNESS_ERROR,
     TARGET_BUG,
@@ -33,6 +32,7 @@ from verification.finding_kinds import (
 from verification.programs import Program, programs
 from verification.search import search, symptom
 from verification.targets import Target
+from verification.usable import unusable as target_unusable
 
 MEMORY_HELD = register_finding_kind(
     "memory-held",
@@ -138,41 +138,9 @@ def _same_finding(finding: PropertyFinding) -> tuple[Any, ...]:
 
 
 def unusable(config: CheckConfig) -> str | None:
-    """Why the target cannot be used any more in this process, or None: a capture left
-    active or a stream left capturing, or a fresh capture with one break that fails or
-    replays wrong."""
-    target = config.target
-    try:
-        if target.BreakableCUDAGraphCapture.current() is not None:
-            return "a capture is left active in this thread"
-        if torch.cuda.is_current_stream_capturing():
-            return "the caller's stream is left capturing"
-
-        @target.eager_break_during_capture
-        def halve(t: torch.Tensor) -> None:
-            t.mul_(0.5)
-
-        x = torch.ones(4, device=config.device)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), collector_paused():
-            capture = target.BreakableCUDAGraphCapture(pool=torch.cuda.graph_pool_handle())
-            with capture:
-                y = x * 2
-                halve(y)
-                z = y + 1
-        torch.cuda.current_stream().wait_stream(side)
-        x.fill_(3.0)
-        capture.replay()
-        torch.cuda.synchronize()
-        if not torch.equal(z, x * 2 * 0.5 + 1):
-            return "a fresh capture with one break replays wrong values"
-        reset = getattr(capture, "reset", None)
-        if callable(reset):
-            reset()
-    except Exception as error:
-        return f"a fresh capture with one break raises {error!r}"
-    return None
+    """Why the target cannot be used any more in this process, or None
+    (:func:`verification.usable.unusable`)."""
+    return target_unusable(config.target, config.device)
 
 
 class Findings:
