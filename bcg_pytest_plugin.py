@@ -1,9 +1,9 @@
-"""Entry point of the ``bcg`` pytest plugin: registers ``verification.plugin`` of this distribution.
+"""Entry point of the ``bcg`` pytest plugin: registers ``verification.plugin.hooks`` of this distribution.
 
 The harness's package is called ``verification``, a name a project under test may use for a
 package of its own. When that package comes first on ``sys.path`` it shadows ours; the plugin
 then stays inactive, with one warning naming the package in the way, instead of failing every
-pytest run of that project with ``No module named 'verification.plugin'``.
+pytest run of that project with ``No module named 'verification.plugin.hooks'``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _ORIGIN = _harness_origin()
 _OURS = _ORIGIN is not None and Path(_ORIGIN).resolve().parent.parent == _HERE
 
 # pytest imports and registers what a plugin module lists here (consider_module).
-pytest_plugins = ["verification.plugin"] if _OURS else []
+pytest_plugins = ["verification.plugin.hooks"] if _OURS else []
 
 
 def pytest_configure(config: Any) -> None:

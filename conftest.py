@@ -14,8 +14,8 @@ import sys
 import pytest
 
 pytest_plugins = ["pytester"]
-if "verification.plugin" not in sys.modules:
-    pytest_plugins.append("verification.plugin")
+if "verification.plugin.hooks" not in sys.modules:
+    pytest_plugins.append("verification.plugin.hooks")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from verification.devices import UsageError, device_context, resolve_device
+from verification.devices import device_context, resolve_device
+from verification.errors import UsageError
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 

@@ -38,7 +38,7 @@ cat "$out/versions.txt"
 # A planted copy of a property target, importable by module name for the CLI.
 planted() {
   mkdir -p /tmp/planted
-  printf 'from tests.planted_property_targets import build\nglobals().update({k: v for k, v in vars(build(%s)).items() if k != "__name__"})\n' "'$1'" >"/tmp/planted/planted_$1.py"
+  printf 'from verification.planted.property_targets import build\nglobals().update({k: v for k, v in vars(build(%s)).items() if k != "__name__"})\n' "'$1'" >"/tmp/planted/planted_$1.py"
 }
 for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
   case $phase in
@@ -49,13 +49,13 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
     matrix) step matrix 330 env OUT="$out" bash bench/gpu_pytest_matrix.sh nauto n2 n0 ;;
     probes) step pool_recovery 120 python3 -m bench.probes.pool_recovery ;;
     checkall)
-      for t in breakable_cudagraph tests.vllm_minimal verification.targets.breakable_cuda_graphs; do
+      for t in breakable_cudagraph verification.planted.vllm_minimal verification.targets.breakable_cuda_graphs; do
         step "check_all_$t" 120 python3 -m verification check all --target "$t" --device cuda
       done ;;
     certify_library) step certify_library 150 python3 -m verification certify --device cuda --out "$out/certify-library" ;;
-    certify_vllm) step certify_vllm_minimal 240 python3 -m verification certify --target tests.vllm_minimal --device cuda --examples 2000 --max-ops 16 --no-sensitivity --out "$out/certify-vllm-minimal" ;;
+    certify_vllm) step certify_vllm_minimal 240 python3 -m verification certify --target verification.planted.vllm_minimal --device cuda --examples 2000 --max-ops 16 --no-sensitivity --out "$out/certify-vllm-minimal" ;;
     certify)
-      step certify_vllm_minimal 240 python3 -m verification certify --target tests.vllm_minimal --device cuda --examples 2000 --max-ops 16 --no-sensitivity --out "$out/certify-vllm-minimal"
+      step certify_vllm_minimal 240 python3 -m verification certify --target verification.planted.vllm_minimal --device cuda --examples 2000 --max-ops 16 --no-sensitivity --out "$out/certify-vllm-minimal"
       step certify_peer 90 python3 -m verification certify --target verification.targets.breakable_cuda_graphs --device cuda --profile quick --no-sensitivity --out "$out/certify-peer" ;;
     fuzzop)
       step fuzzop_varlen 100 python3 -m verification fuzz-op examples.varlen_attention:SPEC --device cuda --examples 1000 --seed 1 --report "$out/fo-varlen"

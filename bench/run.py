@@ -1,9 +1,10 @@
 """``python -m bench``: the one benchmark entry point (replay/capture against breaks, transformer).
 
 Runs the micro benchmark (eager, one ``torch.cuda.graph``, this library, ``breakable-cuda-graphs``
-when installed, ``bench.minimal``) at every k, the floor, and the transformer workload, in one
-process; judges the issue's targets and writes ``bench.json``, ``bench.md`` and PNG plots. Bad
-arguments print one ``error:`` line and exit 2.
+when installed, ``bench.minimal``) at every k, the floor, the side-stream scenario
+(``bench.side_stream``) and the transformer workload, in one process; judges the issues' targets
+and writes ``bench.json``, ``bench.md`` and PNG plots. Bad arguments print one ``error:`` line and
+exit 2.
 """
 
 from __future__ import annotations
@@ -16,11 +17,23 @@ from typing import Any
 
 import torch
 
-from bench import micro, report, targets, transformer
-from verification.devices import UsageError, device_context, resolve_device
+from bench import micro, report, side_stream, targets, transformer
+from verification.devices import device_context, resolve_device
+from verification.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
-QUICK = {"ops": 9, "breaks": [0, 1, 4], "numel": 256, "rounds": 2, "n": 2, "batches": [1]}
+QUICK = {
+    "ops": 9,
+    "breaks": [0, 1, 4],
+    "numel": 256,
+    "rounds": 2,
+    "n": 2,
+    "batches": [1],
+    "side_breaks": [0, 1, 4],
+    "side_rounds": 2,
+    "side_n": 3,
+    "side_warmup": 1,
+}
 QUICK_MODEL = transformer.Config(layers=2, d_model=32, heads=2, ffn=64, vocab=64, seq_len=8)
 
 
@@ -34,6 +47,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=15, help="interleaved rounds per k")
     p.add_argument("--n", type=int, default=10, help="replays per target per round")
     p.add_argument("--batches", type=int, nargs="*", default=[1, 2, 4, 8, 16, 32, 64])
+    p.add_argument(
+        "--side-breaks",
+        type=int,
+        nargs="*",
+        default=list(side_stream.BREAKS),
+        help="k of the side-stream scenario (issue 23); none skips it",
+    )
+    p.add_argument("--side-rounds", type=int, default=4, help="side-stream scenario rounds")
+    p.add_argument("--side-n", type=int, default=100, help="timed replay pairs per capture there")
+    p.add_argument("--side-warmup", type=int, default=20, help="warm-up replays per capture there")
+    p.add_argument(
+        "--side-unprimed",
+        action="store_true",
+        help="skip the priming capture per target (shows the process-wide state change)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes (the simulator smoke test)")
     return p
 
@@ -48,6 +76,16 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name} must be at least 1")
     if any(b < 1 for b in args.batches):
         raise UsageError("--batches must be positive")
+    if args.side_breaks:
+        if any(k < 0 or k >= side_stream.OPS for k in args.side_breaks):
+            raise UsageError(f"--side-breaks must be >= 0 and below {side_stream.OPS}")
+        if 0 not in args.side_breaks:
+            raise UsageError("--side-breaks must include 0: added time is measured against it")
+    for name in ("side_rounds", "side_n"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.side_warmup < 0:
+        raise UsageError("--side-warmup must be at least 0")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +108,18 @@ def main(argv: list[str] | None = None) -> int:
         micro_result = micro.run(
             device, tuple(args.breaks), args.ops, args.numel, args.rounds, args.n, tuple(names)
         )
+        side = None
+        if args.side_breaks:
+            side = side_stream.run(
+                device,
+                tuple(sorted(set(args.side_breaks))),
+                args.side_rounds,
+                args.side_warmup,
+                args.side_n,
+                tuple(t for t in side_stream.BUILDERS if t != "peer" or micro.have_peer()),
+                profile_gpu=kind == "cuda",
+                prime=not args.side_unprimed,
+            )
         tf = None
         if args.batches:
             cfg = QUICK_MODEL if args.quick else transformer.Config()
@@ -92,9 +142,14 @@ def main(argv: list[str] | None = None) -> int:
             "targets": names,
             "floor": floor,
             "micro": micro_result,
+            "side_stream": side,
             "transformer": tf,
         }
         verdicts = targets.judge(micro_result, floor)
+        if side is not None:
+            verdicts += targets.judge_side_stream(side)
+        if tf is not None:
+            verdicts += targets.judge_transformer(tf)
     for v in verdicts:
         print(
             f"{'met   ' if v['met'] else 'MISSED'} {v['target']} (k={v['breaks']}): "

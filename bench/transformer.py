@@ -1,11 +1,13 @@
 """A small decoder-only transformer with random weights whose attention is a varlen eager break.
 
 The model is built in code (RMSNorm, fused QKV, causal attention, SwiGLU MLP, tied LM head).
-Attention reads the sequence boundaries on the host (``cu_lens.tolist()``, a device sync) and runs
-one causal SDPA per sequence: that cannot be captured, so the library replays it as one eager
-break per layer. The full-graph variant uses batched SDPA over equal lengths, which needs no host
-read. Each variant's forward is timed at every batch size and reported as tokens per second, with
-the GPU idle time per syncing break from a profiled replay of the library.
+Attention is an eager break per layer in two forms. The syncing one reads the sequence boundaries
+from the device (``cu_lens.tolist()``) and runs one causal SDPA per sequence. The non-syncing one
+reads boundaries the host prepared before the replay (``HostLengths``, as vLLM builds attention
+metadata on the host), so the break launches work without waiting for the GPU; it runs one SDPA
+per run of equal-length sequences. The full-graph variant uses batched SDPA over equal lengths.
+Each variant's forward is timed at every batch size and reported as tokens per second, with the
+GPU idle time per break from a profiled replay of each library variant.
 """
 
 from __future__ import annotations
@@ -63,15 +65,19 @@ class TinyDecoder:
         tokens: torch.Tensor,
         cu_lens: torch.Tensor,
         attention: Callable[..., None],
+        attention_lengths: Any = None,
     ) -> torch.Tensor:
+        """``attention(q, k, v, attention_lengths, out)`` per layer; ``attention_lengths`` is
+        ``cu_lens`` unless given (the non-syncing break takes ``HostLengths``)."""
         cfg = self.cfg
+        lengths = cu_lens if attention_lengths is None else attention_lengths
         heads, head_dim = cfg.heads, cfg.d_model // cfg.heads
         h = self.embed[tokens]
         for layer in self.layers:
             x = F.rms_norm(h, (cfg.d_model,), layer["norm1"])
             q, k, v = (x @ layer["wqkv"]).view(-1, 3, heads, head_dim).unbind(1)
             out = torch.empty_like(q)
-            attention(q, k, v, cu_lens, out)
+            attention(q, k, v, lengths, out)
             h = h + out.view(-1, cfg.d_model) @ layer["wo"]
             x = F.rms_norm(h, (cfg.d_model,), layer["norm2"])
             gate, up = (x @ layer["w_gate_up"]).chunk(2, dim=-1)
@@ -93,6 +99,39 @@ def varlen_attention(
             is_causal=True,
         )
         out[start:end] = o.transpose(0, 1)
+
+
+class HostLengths:
+    """Sequence boundaries the host sets before each replay; breaks read them with no sync."""
+
+    def __init__(self, bounds: list[int]) -> None:
+        self.bounds = list(bounds)
+
+
+def _equal_length_runs(bounds: list[int]) -> list[tuple[int, int, int]]:
+    """(start, end, sequences) for each maximal run of consecutive equal-length sequences."""
+    runs: list[tuple[int, int, int]] = []
+    for start, end in itertools.pairwise(bounds):
+        if runs and end - start == (runs[-1][1] - runs[-1][0]) // runs[-1][2]:
+            first, _, n = runs[-1]
+            runs[-1] = (first, end, n + 1)
+        else:
+            runs.append((start, end, 1))
+    return runs
+
+
+def host_varlen_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: HostLengths, out: torch.Tensor
+) -> None:
+    """Causal attention over host-known boundaries: one SDPA per run of equal-length sequences,
+    launched without reading anything from the device."""
+    for start, end, n in _equal_length_runs(lengths.bounds):
+
+        def grouped(t: torch.Tensor, start: int = start, end: int = end, n: int = n):
+            return t[start:end].view(n, (end - start) // n, *t.shape[1:]).transpose(1, 2)
+
+        o = F.scaled_dot_product_attention(grouped(q), grouped(k), grouped(v), is_causal=True)
+        grouped(out).copy_(o)
 
 
 def make_dense_attention(batch: int, seq_len: int) -> Callable[..., None]:
@@ -150,6 +189,13 @@ def gpu_idle_per_break(replay: Callable[[], Any], breaks: int) -> float:
     return (span - busy) * 1e-6 / breaks
 
 
+def _prepare_and_replay(host: HostLengths, seq_lens: list[int], capture: Any) -> None:
+    """One non-syncing forward: the host prepares this step's boundaries, then the replay's
+    breaks read them."""
+    host.bounds = [0, *itertools.accumulate(seq_lens)]
+    capture.replay()
+
+
 def run(
     device: str,
     batches: tuple[int, ...],
@@ -159,25 +205,37 @@ def run(
     profile_gpu: bool,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Tokens per second of eager, the library and one full graph at every batch size."""
+    """Tokens per second of eager, the library and one full graph at every batch size, each
+    attention break syncing (``eager``, ``library``) and not (``eager_nosync``,
+    ``library_nosync``: boundaries prepared on the host before every forward)."""
     import breakable_cudagraph as bcg
 
     model = TinyDecoder(cfg, device)
     attention_break = bcg.eager_break_during_capture(varlen_attention)
+    host_break = bcg.eager_break_during_capture(host_varlen_attention)
     rows = []
     for batch in batches:
         tokens = torch.randint(0, cfg.vocab, (batch * cfg.seq_len,), device=device)
         cu_lens = torch.arange(0, batch + 1, device=device, dtype=torch.int32) * cfg.seq_len
         dense = make_dense_attention(batch, cfg.seq_len)
+        seq_lens = [cfg.seq_len] * batch  # what a scheduler knows on the host
+        host = HostLengths([0, *itertools.accumulate(seq_lens)])
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up on the capture stream
             expected = model.forward(tokens, cu_lens, varlen_attention)
             model.forward(tokens, cu_lens, dense)
+            model.forward(tokens, cu_lens, host_varlen_attention, host)
         torch.cuda.current_stream().wait_stream(side)
         capture = bcg.BreakableCUDAGraphCapture()
         with capture:
             lib_out = model.forward(tokens, cu_lens, attention_break)
+        capture_nosync = bcg.BreakableCUDAGraphCapture()
+        with capture_nosync:
+            nosync_out = model.forward(tokens, cu_lens, host_break, host)
+
+        replay_nosync = functools.partial(_prepare_and_replay, host, seq_lens, capture_nosync)
+
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             graph_out = model.forward(tokens, cu_lens, dense)
@@ -185,6 +243,10 @@ def run(
             "eager": functools.partial(model.forward, tokens, cu_lens, varlen_attention),
             "library": capture.replay,
             "full_graph": graph.replay,
+            "eager_nosync": functools.partial(
+                model.forward, tokens, cu_lens, host_varlen_attention, host
+            ),
+            "library_nosync": replay_nosync,
         }
         samples: dict[str, list[float]] = {name: [] for name in variants}
         names = tuple(variants)
@@ -197,10 +259,18 @@ def run(
             row[f"{name}_s"] = seconds
             row[f"{name}_tokens_per_s"] = batch * cfg.seq_len / seconds
         row["library_correct"] = bool(torch.allclose(lib_out, expected, rtol=2e-2, atol=2e-2))
+        row["library_nosync_correct"] = bool(
+            torch.allclose(nosync_out, expected, rtol=2e-2, atol=2e-2)
+        )
         row["full_graph_correct"] = bool(torch.allclose(graph_out, expected, rtol=5e-2, atol=5e-2))
         row["breaks"] = capture.num_eager_breaks
         row["gpu_idle_per_break_s"] = (
             gpu_idle_per_break(capture.replay, capture.num_eager_breaks) if profile_gpu else None
+        )
+        row["nosync_gpu_idle_per_break_s"] = (
+            gpu_idle_per_break(replay_nosync, capture_nosync.num_eager_breaks)
+            if profile_gpu
+            else None
         )
         log(
             f"batch={batch}: "
@@ -208,6 +278,7 @@ def run(
         )
         rows.append(row)
         capture.reset()
+        capture_nosync.reset()
         graph.reset()
         torch.cuda.synchronize()
         torch.cuda.empty_cache()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from verification.opspec import BreakOpSpec, TensorArg
+from verification.userops.spec import BreakOpSpec, TensorArg
 
 
 def scale(x: torch.Tensor, out: torch.Tensor) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from verification.opspec import BreakOpSpec, TensorArg
+from verification.userops.spec import BreakOpSpec, TensorArg
 
 _X = TensorArg(("n",), torch.float32)
 _OUT = TensorArg(("n",), torch.float32)

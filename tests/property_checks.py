@@ -13,19 +13,20 @@ from pathlib import Path
 
 from hypothesis import settings
 
-from tests.planted_property_targets import build
-from verification.check_command import run_properties
-from verification.properties.base import CheckResult, PropertyFinding
+from verification.certify.property_check import run_properties
+from verification.findings import Finding
+from verification.planted.property_targets import build
+from verification.properties.base import CheckResult, property_finding
 from verification.targets import load_target
 
 ROOT = Path(__file__).resolve().parent.parent
 CI_CYCLES = 30
 
 
-def _in_child(prop: str, variant: str, kind: str, tmp_path: Path) -> list[PropertyFinding]:
+def _in_child(prop: str, variant: str, kind: str, tmp_path: Path) -> list[Finding]:
     module = tmp_path / f"planted_{variant}.py"
     module.write_text(
-        "from tests.planted_property_targets import build\n"
+        "from verification.planted.property_targets import build\n"
         f"globals().update({{k: v for k, v in vars(build({variant!r})).items() if k != '__name__'}})\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
@@ -52,10 +53,10 @@ def _in_child(prop: str, variant: str, kind: str, tmp_path: Path) -> list[Proper
         timeout=900,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("FINDING ")]
-    return [PropertyFinding(prop, line.split(": ")[1], line, None) for line in lines]
+    return [property_finding(prop, line.split(": ")[1], line, None) for line in lines]
 
 
-def check(prop: str, variant: str | None, kind: str, tmp_path: Path) -> list[PropertyFinding]:
+def check(prop: str, variant: str | None, kind: str, tmp_path: Path) -> list[Finding]:
     """The findings of ``prop`` on the library (``variant`` None) or a planted copy."""
     if variant is not None and kind == "cuda":
         return _in_child(prop, variant, kind, tmp_path)
@@ -66,5 +67,5 @@ def check(prop: str, variant: str | None, kind: str, tmp_path: Path) -> list[Pro
     return results[0].findings
 
 
-def failing(findings: list[PropertyFinding]) -> list[PropertyFinding]:
+def failing(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if f.fails]

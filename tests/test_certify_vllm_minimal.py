@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import verification.properties  # noqa: F401 - registers the property checks' finding kinds
-from verification.finding_kinds import about_target
+from verification.findings import about_target
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +23,14 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.sim
 @pytest.mark.long
 def test_minimal_vllm_implementation_certifies_2000_examples_with_no_finding(tmp_path):
-    command = [sys.executable, "-m", "verification", "certify", "--target", "tests.vllm_minimal"]
+    command = [
+        sys.executable,
+        "-m",
+        "verification",
+        "certify",
+        "--target",
+        "verification.planted.vllm_minimal",
+    ]
     command += ["--device", "sim", "--examples", "2000", "--max-ops", "16"]
     command += ["--no-sensitivity", "--out", str(tmp_path)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200)

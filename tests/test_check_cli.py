@@ -34,7 +34,7 @@ def test_check_exits_0_when_the_property_holds(bcg_kind):
 
 def test_check_exits_1_and_writes_a_reproducer_that_fails(bcg_kind, tmp_path):
     (tmp_path / "left_active.py").write_text(
-        "from tests.planted_property_targets import build\n"
+        "from verification.planted.property_targets import build\n"
         "globals().update({k: v for k, v in vars(build('state_left_active')).items() "
         "if k != '__name__'})\n"
     )
@@ -87,13 +87,14 @@ def test_check_usage_errors_exit_2_with_one_error_line(args):
 def test_a_property_process_that_dies_is_a_target_bug_that_fails_the_certificate(monkeypatch):
     import subprocess as subprocess_module
 
-    from verification import check_command
-    from verification.finding_kinds import fails_certificate
+    from verification import isolation
+    from verification.certify import property_check
+    from verification.findings import fails_certificate
 
     # The H200 certify of the PyPI peer once ended in KeyError: the crash kind was unregistered.
     died = subprocess_module.CompletedProcess([], -9)
-    monkeypatch.setattr(check_command.subprocess, "run", lambda *a, **k: died)
-    result = check_command.run_isolated("faults", ["check", "faults", "--device", "cuda"])
+    monkeypatch.setattr(isolation.subprocess, "run", lambda *a, **k: died)
+    result = property_check.run_in_child("faults", ["check", "faults", "--device", "cuda"])
     (finding,) = result.findings
     assert "SIGKILL" in finding.message and fails_certificate(finding.kind)
 
@@ -101,13 +102,14 @@ def test_a_property_process_that_dies_is_a_target_bug_that_fails_the_certificate
 def test_a_property_process_that_exits_without_a_result_says_what_it_last_said(monkeypatch):
     import subprocess as subprocess_module
 
-    from verification import check_command
+    from verification import isolation
+    from verification.certify import property_check
 
     # The H200 certify of the PyPI peer said only "exited 1 with no result" for two checks.
     said = "Traceback (most recent call last):\n  ...\nAssertionError: segment not open\n"
     exited = subprocess_module.CompletedProcess([], 1, stderr=said)
-    monkeypatch.setattr(check_command.subprocess, "run", lambda *a, **k: exited)
-    result = check_command.run_isolated("nested", ["check", "nested", "--device", "cuda"])
+    monkeypatch.setattr(isolation.subprocess, "run", lambda *a, **k: exited)
+    result = property_check.run_in_child("nested", ["check", "nested", "--device", "cuda"])
     (finding,) = result.findings
     assert "exited 1 with no result" in finding.message
     assert finding.message.endswith("AssertionError: segment not open")
@@ -120,7 +122,7 @@ def test_an_exception_escaping_a_check_is_one_finding_blamed_where_it_was_raised
     # traceback. Raised in the harness's own code it is a harness error, else the target's.
     import importlib
 
-    from verification.finding_kinds import fails_certificate
+    from verification.findings import fails_certificate
     from verification.properties.base import timed
 
     (tmp_path / "asserting_target.py").write_text(
@@ -140,5 +142,5 @@ def test_an_exception_escaping_a_check_is_one_finding_blamed_where_it_was_raised
         (harness_fails, "harness-error"),
     ):
         result = timed("pool", run)
-        assert [(f.kind, f.prop) for f in result.findings] == [(kind, "pool")], result
+        assert [(f.kind, f.check) for f in result.findings] == [(kind, "pool")], result
         assert "the check raised" in result.findings[0].message

@@ -38,7 +38,7 @@ def test_clean_fuzz_exits_0_with_summary_last(bcg_kind):
 
 def test_fuzz_exits_1_and_prints_a_reproducer_when_a_bug_is_found(bcg_kind, tmp_path):
     (tmp_path / "twice_target.py").write_text(
-        "from tests.planted_targets import build\n"
+        "from verification.planted.targets import build\n"
         "globals().update({k: v for k, v in vars(build('eager_run_twice')).items() if k != '__name__'})\n"
     )
     done = _cli(

@@ -12,13 +12,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests import planted_targets, vllm_minimal
 from tests.test_oracle import OPS, TWO_BREAKS
-from verification.checks import CheckResult
+from verification.certify.run import CheckResult
 from verification.contracts import declared_contract, get_contract
-from verification.devices import UsageError
-from verification.finding_kinds import FINDING_KINDS, about_target, fails_certificate
-from verification.oracle import Finding, check_program, fresh_returns_read
+from verification.errors import UsageError
+from verification.findings import FINDING_KINDS, Finding, about_target, fails_certificate
+from verification.oracle import check_program, fresh_returns_read
+from verification.planted import targets as planted_targets
+from verification.planted import vllm_minimal
 from verification.programs import op_table
 from verification.targets import load_target
 
@@ -75,7 +76,7 @@ def test_a_refreshing_bug_under_returns_stays_a_target_bug(bcg_device):
 
 
 def _result(*kinds: str) -> CheckResult:
-    findings = [Finding("mismatch", "m", TWO_BREAKS, 0, kind=kind) for kind in kinds]
+    findings = [Finding(kind, "fuzz", "m", "mismatch", TWO_BREAKS, 0) for kind in kinds]
     return CheckResult("fuzz", 1, 0.1, findings)
 
 
@@ -89,7 +90,7 @@ def test_only_target_bugs_fail_a_check():
 def test_checker_notes_leave_the_verdict_and_are_listed_apart_from_findings():
     # known-unsafe and torch-limit are true of every target: a note, not a finding.
     import verification.properties  # noqa: F401 - registers the property checks' kinds
-    from verification.certify import markdown
+    from verification.certify.certificate import markdown
 
     notes = [k for k in FINDING_KINDS if not about_target(k)]
     assert set(notes) == {"known-unsafe", "torch-limit"}

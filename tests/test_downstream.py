@@ -22,7 +22,7 @@ import pytest
 import setuptools
 import torch
 
-from verification.shard import Shard
+from verification.plugin.shard import Shard
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = (

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from verification.devices import UsageError
+from verification.errors import UsageError
 from verification.fuzz import CampaignConfig, run_campaign
-from verification.shard import FuzzChunk
+from verification.plugin.shard import FuzzChunk
 from verification.targets import load_target
 
 

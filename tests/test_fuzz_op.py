@@ -3,7 +3,6 @@ plain words, findings reproduce through the user's module, and bad specs exit 2 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -15,12 +14,12 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.faulty_ops import FAULTY
 from verification.cli import main
-from verification.fuzz import run_campaign
-from verification.fuzz_op import campaign_config, load_user_ops
-from verification.opcontract import diagnose
-from verification.opprograms import POSITIONS, break_positions, op_programs, user_op
-from verification.opspec import load_spec
+from verification.fuzz import CampaignConfig, run_campaign
 from verification.targets import load_target
+from verification.userops.campaign import load_user_ops, op_campaign
+from verification.userops.contract import diagnose
+from verification.userops.programs import POSITIONS, break_positions, op_programs, user_op
+from verification.userops.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ("examples.varlen_attention:SPEC", "examples.masked_compaction:SPEC")
@@ -33,7 +32,7 @@ def _env() -> dict[str, str]:
 @pytest.mark.parametrize("name", list(FAULTY))
 def test_diagnosis_names_the_one_part_each_planted_op_breaks(bcg_device, name):
     violations = diagnose(load_spec(f"tests.faulty_ops:{name}"), bcg_device)
-    assert [v.part for v in violations] == [FAULTY[name]], [v.line() for v in violations]
+    assert [v.violation for v in violations] == [FAULTY[name]], [v.summary() for v in violations]
     assert len(violations[0].message.split()) > 12  # a sentence a person can act on
 
 
@@ -42,7 +41,7 @@ def test_diagnosis_names_the_one_part_each_planted_op_breaks(bcg_device, name):
 )
 def test_ops_that_keep_their_contract_pass_every_check(bcg_device, ref):
     violations = diagnose(load_spec(ref), bcg_device)
-    assert not violations, [v.line() for v in violations]
+    assert not violations, [v.summary() for v in violations]
 
 
 def test_every_program_calls_the_op_and_every_break_position_occurs():
@@ -60,28 +59,11 @@ def test_every_program_calls_the_op_and_every_break_position_occurs():
     assert {p for calls in seen for where in calls for p in where} == set(POSITIONS)
 
 
-def _campaign_args(ref: str, kind: str, **extra) -> argparse.Namespace:
-    values = dict(
-        specs=[ref],
-        target="breakable_cudagraph",
-        contract=None,
-        device=kind,
-        examples=None,
-        seed=0,
-        max_ops=4,
-        max_breaks=2,
-        replays=3,
-        report=None,
-        program_file=None,
-    )
-    return argparse.Namespace(**(values | extra))
-
-
 def test_campaign_finds_host_lengths_cached_per_buffer_and_reproducer_fails(bcg_kind, tmp_path):
     ref = "tests.faulty_ops:FROZEN_BY_ADDRESS"
     target = load_target("breakable_cudagraph")
-    args = _campaign_args(ref, bcg_kind, report=tmp_path)
-    config, coverage = campaign_config(args, load_user_ops([ref]), target, bcg_kind)
+    base = CampaignConfig(target, bcg_kind, max_ops=4, max_breaks=2, report_dir=tmp_path)
+    config, coverage = op_campaign(base, [ref], load_user_ops([ref]), target, bcg_kind)
     result = run_campaign(config)
     assert result.findings, coverage.lines()
     text = result.reproducers[0]
@@ -128,7 +110,7 @@ def test_fuzz_op_cli_names_the_broken_contract_and_counts_break_positions(bcg_ki
     [
         ("no_such_module:SPEC", "does not import"),
         ("tests.bad_op_specs:MISSING", "has no attribute"),
-        ("tests.bad_op_specs:NOT_A_SPEC", "not a verification.opspec.BreakOpSpec"),
+        ("tests.bad_op_specs:NOT_A_SPEC", "not a verification.userops.spec.BreakOpSpec"),
         ("tests.bad_op_specs:EMPTY_DIM_RANGE", "shapes cannot be satisfied"),
         ("tests.bad_op_specs:BOUNDS_NEVER_MET", "shapes cannot be satisfied"),
         ("tests.bad_op_specs:UNDECLARED_DIM", "shapes cannot be satisfied"),
@@ -170,12 +152,12 @@ def test_certify_with_an_op_that_does_not_import_is_one_error_line(capsys, tmp_p
 def test_an_unjoined_op_is_judged_on_the_join_alone(monkeypatch, bcg_device):
     # On the H200 the values an unjoined op writes race with its side stream, so checks of
     # those values failed too (stale results looked like "state across calls").
-    from verification import opcontract
+    from verification.userops import contract as opcontract
 
     def every_part_fails(part):
-        return lambda loaded, case, device: opcontract.Violation(part, "m")
+        return lambda loaded, case, device: opcontract.broken(part, "m")
 
     fakes = tuple((part, every_part_fails(part)) for part, _ in opcontract.CHECKS)
     monkeypatch.setattr(opcontract, "CHECKS", fakes)
     violations = diagnose(load_spec("tests.faulty_ops:UNJOINED_STREAM"), bcg_device, examples=1)
-    assert [v.part for v in violations] == ["streams joined", "concurrent capture"]
+    assert [v.violation for v in violations] == ["streams joined", "concurrent capture"]

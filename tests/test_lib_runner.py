@@ -94,3 +94,108 @@ def test_runner_warms_up_on_a_side_stream_before_capturing(bcg_device: str) -> N
     assert len(streams) == 4
     assert all(stream != torch.cuda.default_stream() for stream in streams)
     assert torch.equal(out, torch.full_like(out, 3.0))
+
+
+# ---- input writes keep eager semantics (issue 25) ------------------------------------------
+
+
+@pytest.mark.parametrize("enabled", [None, False], ids=["graphs", "graphs disabled"])
+def test_issue_25_example_gives_eager_results_and_eager_inputs_on_every_call(
+    bcg_device: str, enabled: bool | None
+) -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        x.add_(1)  # writes its own input, as in-place position or cache-index updates do
+        return x * 2
+
+    runner = BreakableGraphRunner(fn, enabled=enabled)
+    side = torch.cuda.Stream()
+    for call in range(3):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            x = torch.full((4,), 10.0, device=bcg_device)
+            eager_x = x.clone()
+            eager_result = fn(eager_x)
+            result = runner(x)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        assert torch.equal(eager_result, torch.full((4,), 22.0, device=bcg_device))
+        assert torch.equal(result, eager_result), f"call {call}: {result.tolist()}"
+        assert torch.equal(x, eager_x), f"call {call}: the caller's x is {x.tolist()}"
+
+
+def test_runner_writes_back_only_the_inputs_fn_wrote(bcg_device: str) -> None:
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        torch.mul(y, 3, out=x)
+        return y + 1
+
+    runner = BreakableGraphRunner(fn)
+    for value in (1.0, 2.0):
+        x, y = torch.zeros(4, device=bcg_device), torch.full((4,), value, device=bcg_device)
+        version = y._version
+        out = runner(x, y)
+        assert torch.equal(x, torch.full_like(x, 3 * value))
+        assert torch.equal(out, torch.full_like(out, value + 1))
+        assert y._version == version, "an input fn only read was written"
+
+
+def test_runner_returns_outputs_that_are_inputs_as_the_callers_tensors(bcg_device: str) -> None:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x.mul_(2)
+        return x, x.t(), x[1:, ::2], x * 1
+
+    runner = BreakableGraphRunner(fn)
+    owned = None
+    for value in (1.0, 5.0):
+        # The caller's x every other column of a wider tensor, one row in: strides and offset.
+        wide = torch.zeros(4, 6, device=bcg_device)
+        x = wide[1:, ::2]
+        x.fill_(value)
+        same, transposed, sliced, fresh = runner(x)
+        assert same is x
+        assert torch.equal(x, torch.full_like(x, 2 * value))
+        for view, expected in ((transposed, x.t()), (sliced, x[1:, ::2])):
+            assert view.untyped_storage().data_ptr() == wide.untyped_storage().data_ptr()
+            assert view.stride() == expected.stride()
+            assert view.storage_offset() == expected.storage_offset()
+        x.fill_(-7.0)  # the views see the caller's later writes, as eager's do
+        assert torch.equal(transposed, x.t()) and torch.equal(sliced, x[1:, ::2])
+        assert owned is None or fresh is owned  # the runner's own output, kept per signature
+        owned = fresh
+
+
+@eager_break_during_capture
+def zero_if_positive(x: torch.Tensor) -> None:
+    if x.sum().item() > 0:  # data-dependent: runs eagerly at every replay
+        x.zero_()
+
+
+def test_runner_writes_back_what_an_eager_break_writes_at_replay_only(bcg_device: str) -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        zero_if_positive(x)
+        return x + 1
+
+    runner = BreakableGraphRunner(fn)
+    x = -torch.ones(3, device=bcg_device)
+    assert torch.equal(runner(x), torch.zeros(3, device=bcg_device))  # no write at capture
+    assert torch.equal(x, -torch.ones(3, device=bcg_device))
+    x = torch.ones(3, device=bcg_device)
+    assert torch.equal(runner(x), torch.ones(3, device=bcg_device))
+    assert torch.equal(x, torch.zeros(3, device=bcg_device)), "the break's write was lost"
+
+
+def test_runner_finds_writes_under_inference_mode(bcg_device: str) -> None:
+    runner = BreakableGraphRunner(lambda x: x.add_(1))
+    with torch.inference_mode():
+        for _ in range(2):
+            x = torch.zeros(2, device=bcg_device)
+            assert runner(x) is x
+            assert torch.equal(x, torch.ones(2, device=bcg_device))
+
+
+def test_runner_with_graphs_disabled_refreshes_an_expanded_output(bcg_device: str) -> None:
+    # Found by the runner property (seed 3): torch refuses to copy into an expand whole.
+    runner = BreakableGraphRunner(lambda x: torch.exp(x).expand(2), enabled=False)
+    first = runner(torch.zeros((), device=bcg_device))
+    again = runner(torch.ones((), device=bcg_device))
+    assert again is first
+    assert torch.equal(again, torch.exp(torch.ones(2, device=bcg_device)))

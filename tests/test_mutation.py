@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("cosmic_ray")
 
 from verification.cli import main
-from verification.devices import UsageError
+from verification.errors import UsageError
 from verification.mutation import MutationConfig, run_mutation
 from verification.mutation.equivalence import equivalence_hint
 from verification.mutation.operators import selected

@@ -11,12 +11,12 @@ import pytest
 import torch
 from hypothesis import strategies as st
 
-from tests.planted_targets import build
-from verification.check_command import run_properties
+from verification.certify.property_check import run_properties
 from verification.execute import collector_paused
 from verification.fuzz import CampaignConfig, run_isolated
 from verification.ops.spec import OpSpec, TensorMeta
 from verification.oracle import Tolerance, check_program, compare
+from verification.planted.targets import build
 from verification.programs import Program, Step
 from verification.targets import load_target
 
@@ -129,7 +129,7 @@ def test_target_raising_at_replay_is_an_exception_finding(bcg_device):
 def test_child_killed_by_a_signal_is_a_crash_finding(tmp_path, bcg_kind, monkeypatch):
     module = tmp_path / "aborting_target.py"
     module.write_text(
-        "import os, signal\nfrom tests.planted_targets import build\n"
+        "import os, signal\nfrom verification.planted.targets import build\n"
         "globals().update({k: v for k, v in vars(build(None)).items() if k != '__name__'})\n"
         "class BreakableCUDAGraphCapture(BreakableCUDAGraphCapture):\n"
         "    def replay(self):\n        os.kill(os.getpid(), signal.SIGKILL)\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.program_metas import value_metas
 from verification.execute import run_eager
 from verification.ops import ALL_OPS, BREAK_OPS
 from verification.ops.out_buffer import ALLOC, FORMS, has_out_buffer_forms, out_buffer_forms
@@ -16,7 +17,6 @@ from verification.programs import (
     make_inputs,
     op_table,
     programs,
-    value_metas,
 )
 
 _FIXTURE_OK = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.planted_targets import BUGS, build
+from verification.findings import Finding
 from verification.fuzz import CampaignConfig, run_campaign
-from verification.oracle import Finding
+from verification.planted.targets import BUGS, build
 from verification.programs import Program, Step
 from verification.report import render_reproducer
 from verification.targets import load_target

@@ -8,8 +8,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.program_metas import value_metas
 from verification.execute import run_eager
-from verification.programs import Program, make_inputs, op_table, programs, value_metas
+from verification.programs import Program, make_inputs, op_table, programs
 
 _FIXTURE_OK = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 

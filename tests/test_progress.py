@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from verification.progress import progress_bar
+from verification.commands.progress import progress_bar
 
 
 class _Terminal(io.StringIO):

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from tests.planted_check_targets import VARIANTS, build
-from verification.check_command import run_properties
+from verification.certify.property_check import run_properties
+from verification.planted.check_targets import VARIANTS, build
 from verification.targets import load_target
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,7 @@ def _check(variant: str | None, prop: str, kind: str, tmp_path: Path) -> list[tu
         return [(f.kind, f.message) for f in result.findings]
     module = tmp_path / f"planted_{variant}.py"
     module.write_text(
-        "from tests.planted_check_targets import build\n"
+        "from verification.planted.check_targets import build\n"
         f"globals().update({{k: v for k, v in vars(build({variant!r})).items() if k != '__name__'}})\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
@@ -107,7 +107,7 @@ def test_in_one_process_the_checks_after_a_target_left_unusable_are_skipped(bcg_
 def test_check_all_runs_each_check_in_a_process_of_its_own(bcg_kind, tmp_path):
     module = tmp_path / "planted_leak.py"
     module.write_text(
-        "from tests.planted_check_targets import build\n"
+        "from verification.planted.check_targets import build\n"
         "globals().update({k: v for k, v in vars(build('first_capture_begin_leaks')).items() "
         "if k != '__name__'})\n"
     )
@@ -131,13 +131,13 @@ def test_a_forked_check_that_dies_is_a_crash_finding_naming_the_signal(monkeypat
     import dataclasses
     import signal
 
-    from verification import check_command
+    from verification.certify import property_check
     from verification.properties import PROPERTIES
 
     def dies(config):
         os.kill(os.getpid(), signal.SIGKILL)
 
     monkeypatch.setitem(PROPERTIES, "nested", dataclasses.replace(PROPERTIES["nested"], check=dies))
-    (result,) = check_command.run_forked(["nested"], load_target("breakable_cudagraph"), "sim", 1)
+    (result,) = property_check.run_forked(["nested"], load_target("breakable_cudagraph"), "sim", 1)
     (finding,) = result.findings
     assert "died by signal SIGKILL" in finding.message and finding.fails

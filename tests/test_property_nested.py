@@ -29,7 +29,7 @@ def test_a_nested_capture_refused_only_by_capture_begin_is_found(bcg_kind, tmp_p
 
 def test_a_nested_decorated_op_that_crashes_the_capture_is_a_finding(bcg_kind, bcg_device):
     # The PyPI peer's nested-op AssertionError used to escape the check and kill it.
-    from tests.vllm_minimal import build
+    from verification.planted.vllm_minimal import build
     from verification.properties.base import CheckConfig
     from verification.properties.nested import _nested_decorated_problem
     from verification.targets import load_target

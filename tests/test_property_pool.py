@@ -82,7 +82,7 @@ def test_a_drawn_program_the_target_raises_on_is_a_finding_not_a_crash(bcg_kind,
 
     import torch
 
-    from tests.planted_targets import build
+    from verification.planted.targets import build
     from verification.properties.pool import WITNESS, example
 
     clean = build(None)

@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.planted_check_targets import build
+from verification.planted.check_targets import build
 from verification.properties import faults, nested, pool, runner, threads
-from verification.properties.base import PropertyFinding, scenario_of
+from verification.properties.base import property_finding, scenario_of
 from verification.properties.reproduce import render
 from verification.targets import load_target
 
@@ -32,7 +32,7 @@ FIXED = {
 
 
 def _script(problem, target, kind: str, tmp_path: Path) -> Path:
-    finding = PropertyFinding("pool", "target-bug", "a finding", scenario=scenario_of(problem))
+    finding = property_finding("pool", "target-bug", "a finding", scenario=scenario_of(problem))
     text = render(finding, target, kind, "python -m verification check pool")
     assert text is not None
     path = tmp_path / "reproducer.py"

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 import verification.fuzz
-from tests.planted_targets import build
-from verification.devices import UsageError
+from verification.errors import UsageError
 from verification.fuzz import CampaignConfig, run_campaign
-from verification.shard import CHUNK_EXAMPLES, Shard, parse_shard, plan, select
+from verification.planted.targets import build
+from verification.plugin.shard import CHUNK_EXAMPLES, Shard, parse_shard, plan, select
 
 
 @given(st.integers(0, 20 * CHUNK_EXAMPLES), st.integers(0, 2**32), st.integers(1, 12))

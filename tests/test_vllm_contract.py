@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.vllm_minimal import BUGS, build
 from verification.fuzz import CampaignConfig, run_campaign
+from verification.planted.vllm_minimal import BUGS, build
 from verification.targets import load_target
 
 
@@ -34,7 +34,7 @@ def test_minimal_vllm_implementation_passes_check_all_holding_memory_only(bcg_ki
     from hypothesis import settings
 
     from tests.property_checks import CI_CYCLES
-    from verification.check_command import run_properties
+    from verification.certify.property_check import run_properties
     from verification.targets import load_target
 
     results = run_properties(
@@ -55,7 +55,7 @@ def test_minimal_vllm_implementation_holding_weakly_as_vllm_keeps_nothing_alive(
     from hypothesis import settings
 
     from tests.property_checks import CI_CYCLES
-    from verification.check_command import run_properties
+    from verification.certify.property_check import run_properties
     from verification.targets import load_target
 
     results = run_properties(

@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from verification.workers import gpu_for_worker, visible_gpus, worker_index
+from verification.plugin.workers import gpu_for_worker, visible_gpus, worker_index
 
 
 def test_workers_go_round_robin_over_the_visible_gpus():

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from verification.devices import UsageError
+from verification.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,12 @@ from collections.abc import Iterator
 
 import torch
 
+from verification.errors import UsageError
+
 DEVICE_CHOICES = ("auto", "cuda", "sim")
 # What tests allocate on for each resolved kind: the simulator's device tensors are
 # ``cuda`` tensors too, so code written for a GPU runs unchanged on it.
 TORCH_DEVICE = {"cuda": "cuda", "sim": "cuda"}
-
-
-class UsageError(Exception):
-    """A mistake in what the user asked for; the CLI prints it on one line and exits 2."""
 
 
 def resolve_device(choice: str) -> str:

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import gc
 import pickle
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -29,9 +26,10 @@ from hypothesis.database import ExampleDatabase
 
 from verification.devices import device_context, resolve_device
 from verification.exampledb import shared_database
-from verification.finding_kinds import HARNESS_ERROR
+from verification.findings import HARNESS_ERROR, TARGET_BUG, Finding
+from verification.isolation import run_child, signal_name
 from verification.ops.spec import OpSpec
-from verification.oracle import Finding, InvalidProgram, check_program
+from verification.oracle import FUZZ, InvalidProgram, check_program
 from verification.programs import Program, programs
 from verification.report import render_reproducer, write_reproducer
 from verification.search import Outcome, search
@@ -122,7 +120,7 @@ def _break_positions(program: Program) -> list[str]:
     return positions
 
 
-def _count(coverage: dict[str, Counter[str]], program: Program) -> None:
+def _tally(coverage: dict[str, Counter[str]], program: Program) -> None:
     coverage["ops"].update(s.op for s in program.steps)
     coverage["break_ops"].update(s.op for s in program.steps if s.brk)
     coverage["break_positions"].update(_break_positions(program))
@@ -154,14 +152,14 @@ def _search(
         counter[0] += 1
         if config.observe is not None:
             config.observe(program)
-        _count(coverage, program)
+        _tally(coverage, program)
         progress(1)
         if config.program_file is not None:
             config.program_file.write_bytes(pickle.dumps((program, input_seed)))
         try:
             return check_program(program, target, device, input_seed, config.replays, config.ops)
         except InvalidProgram as error:
-            return Finding("invalid-program", str(error), program, input_seed, kind=HARNESS_ERROR)
+            return Finding(HARNESS_ERROR, FUZZ, str(error), "invalid-program", program, input_seed)
 
     return search(
         st.tuples(strategy, st.integers(0, 2**16)),
@@ -232,7 +230,7 @@ def run_isolated(
         program_file = Path(scratch) / "current_program.pickle"
         argv = [*child_argv, "--no-isolate", "--program-file", str(program_file)]
         start = time.perf_counter()
-        status = subprocess.run([sys.executable, "-m", "verification", *argv]).returncode
+        status = run_child(argv).returncode
         if status >= 0:
             return status, None
         if not program_file.exists():
@@ -240,12 +238,8 @@ def run_isolated(
         program, input_seed = pickle.loads(program_file.read_bytes())
     target = load_target(config.target, config.contract)
     kind = resolve_device(config.device)
-    name = (
-        signal.Signals(-status).name
-        if -status in signal.Signals._value2member_map_
-        else str(-status)
-    )
-    finding = Finding("crash", f"the process died by signal {name}", program, input_seed)
+    message = f"the process died by signal {signal_name(status)}"
+    finding = Finding(TARGET_BUG, FUZZ, message, "crash", program, input_seed)
     result = CampaignResult(target.name, kind, 0, time.perf_counter() - start, [finding])
     report_findings(result, config, target)
     return 1, result

@@ -18,32 +18,16 @@ from typing import Literal
 import torch
 
 from verification.execute import BreakEntry, CapturedProgram, run_eager
-from verification.finding_kinds import OP_CONTRACT, TARGET_BUG
+from verification.findings import OP_CONTRACT, TARGET_BUG, Finding
 from verification.ops.spec import OpSpec
 from verification.programs import Program, make_inputs, op_table
 from verification.targets import Target
 
+# The check name of the findings of a program checked against eager.
+FUZZ = "fuzz"
 Violation = Literal[
     "mismatch", "break-count", "break-order", "break-args", "exception", "crash", "invalid-program"
 ]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One ``violation`` of a checked property. ``index`` is the output or step index it
-    concerns, if any; ``kind`` (see :mod:`verification.finding_kinds`) says whom it blames."""
-
-    violation: Violation
-    message: str
-    program: Program
-    seed: int
-    replay_index: int | None = None
-    index: int | None = None
-    kind: str = TARGET_BUG
-
-    def summary(self) -> str:
-        where = "" if self.replay_index is None else f" (replay {self.replay_index})"
-        return f"[{self.kind}] {self.violation}{where}: {self.message}"
 
 
 class InvalidProgram(Exception):
@@ -211,7 +195,9 @@ def _check(
     def finding(
         kind_: Violation, message: str, replay: int | None = None, index: int | None = None
     ) -> Finding:
-        return Finding(kind_, message, program, seed, replay, index)
+        return Finding(
+            TARGET_BUG, FUZZ, message, kind_, program, seed, replay_index=replay, index=index
+        )
 
     try:
         captured = CapturedProgram(program, table, target, inputs, seed, kind)

@@ -76,12 +76,19 @@ def op_table(ops: Sequence[OpSpec] | None = None) -> dict[str, OpSpec]:
     and the out-buffer forms derived from them."""
     if ops is None:
         return dict(_default_table())
-    return {spec.name: spec for spec in with_out_buffer_forms(ops)}
+    return dict(_table_of(tuple(ops)))
 
 
 @functools.cache
 def _default_table() -> dict[str, OpSpec]:
-    return {spec.name: spec for spec in with_out_buffer_forms(default_ops())}
+    return _table_of(default_ops())
+
+
+# Checks call op_table for every example with the same few catalogs; deriving the out-buffer
+# forms each time cost more than the lookup it serves (issue 20).
+@functools.lru_cache(maxsize=16)
+def _table_of(ops: tuple[OpSpec, ...]) -> dict[str, OpSpec]:
+    return {spec.name: spec for spec in with_out_buffer_forms(ops)}
 
 
 def produces_value(spec: OpSpec) -> bool:
@@ -300,11 +307,13 @@ def programs(
     allow_tensor_returns: bool | None = None,
     input_dtypes: Sequence[torch.dtype] | None = None,
     contract: str | Contract = "returns",
+    outputs_may_be_inputs: bool = False,
 ) -> Program:
     """Random valid programs of 1..``max_ops`` steps with at most ``max_breaks`` breaks,
     whose breaks keep ``contract`` (under ``out-buffer`` ops with a fresh result run as
     breaks through their out-buffer forms). ``allow_tensor_returns`` is the older spelling of
-    ``contract`` (True: ``returns``, False: ``out-buffer``)."""
+    ``contract`` (True: ``returns``, False: ``out-buffer``). ``outputs_may_be_inputs``: the
+    program may return its inputs themselves (a check of what a wrapper returns wants that)."""
     if allow_tensor_returns is not None:
         contract = "returns" if allow_tensor_returns else "out-buffer"
     allow_tensor_returns = get_contract(contract).refreshes_returns
@@ -398,7 +407,8 @@ def programs(
     if not steps:
         reject()
     # Returning an input unchanged checks nothing; prefer values the steps computed.
-    candidates = [v for v in sorted(env) if v >= len(inputs)] or sorted(env)
+    candidates = [v for v in sorted(env) if outputs_may_be_inputs or v >= len(inputs)]
+    candidates = candidates or sorted(env)
     chosen = draw(_outputs(tuple(candidates)))
     # The last value is usually the interesting one; a shrunk program keeps it.
     outputs = tuple(sorted({candidates[-1], *chosen} if draw(_booleans) else set(chosen)))
@@ -421,16 +431,3 @@ def _with_static_buffers(
     renumbered = [Step(s.op, tuple(map(number, s.args)), s.params, s.brk) for s in steps]
     final_outputs = tuple(map(number, outputs))
     return Program((*inputs, *static), with_drops(renumbered, final_outputs), final_outputs)
-
-
-def value_metas(program: Program, ops: Sequence[OpSpec] | None = None) -> list[TensorMeta]:
-    """The meta of every value the program defines, inputs first."""
-    table = op_table(ops)
-    metas = list(program.inputs)
-    for step in program.steps:
-        spec = table[step.op]
-        out = spec.infer([metas[a] for a in step.args], step.kwargs)
-        if produces_value(spec):
-            assert isinstance(out, TensorMeta)
-            metas.append(out)
-    return metas

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from verification.findings import Finding
 from verification.ops.spec import OpSpec
-from verification.oracle import Finding, program_tolerance
+from verification.oracle import program_tolerance
 from verification.programs import Program, input_expr, op_table, produces_value
 from verification.targets import Target
 
@@ -164,6 +165,7 @@ def render_reproducer(
     """The reproducer script for ``finding`` as Python source text."""
     table = op_table(ops)
     program = finding.program
+    assert program is not None, "only a finding with a program has a reproducer"
     tol = program_tolerance(program, table)
     simulated = device_kind == "sim"
     import_code = target.import_code or f"import {target.name} as target"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import verification
-from verification.devices import UsageError
+from verification.errors import UsageError
 from verification.mutation.equivalence import equivalence_hint
 from verification.mutation.operators import selected
 from verification.mutation.source import TargetSource, find_source

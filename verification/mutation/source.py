@@ -13,7 +13,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from verification.devices import UsageError
+from verification.errors import UsageError
 
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc")
 

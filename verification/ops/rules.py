@@ -30,10 +30,6 @@ def is_float(m: TensorMeta) -> bool:
     return m.dtype in FLOATS
 
 
-def is_int(m: TensorMeta) -> bool:
-    return m.dtype == torch.int64
-
-
 def is_bool(m: TensorMeta) -> bool:
     return m.dtype == torch.bool
 

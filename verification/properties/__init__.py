@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from verification.findings import Finding
 from verification.programs import Program
 from verification.properties import (
     faults,
@@ -21,7 +22,7 @@ from verification.properties import (
     stream_order,
     threads,
 )
-from verification.properties.base import CheckConfig, CheckResult, PropertyFinding
+from verification.properties.base import CheckConfig, CheckResult
 
 
 @dataclass(frozen=True)
@@ -82,4 +83,4 @@ PROPERTIES: dict[str, Property] = {
     )
 }
 
-__all__ = ["PROPERTIES", "CheckConfig", "CheckResult", "Property", "PropertyFinding"]
+__all__ = ["PROPERTIES", "CheckConfig", "CheckResult", "Finding", "Property"]

@@ -1,10 +1,10 @@
 """What every property check shares: its configuration, its findings and the hypothesis driver.
 
 A check receives a :class:`CheckConfig` (target, device, budgets) and returns a
-:class:`CheckResult`. A :class:`PropertyFinding` carries a finding kind of
-:mod:`verification.finding_kinds`: ``target-bug`` fails the target; the kinds added here,
-``memory-held`` (memory kept alive without being wrong, with its figure) and
-``known-unsafe`` (a documented hazard the checker demonstrated), never do. A check collects
+:class:`CheckResult`. A :class:`~verification.findings.Finding` (:func:`property_finding`)
+carries a finding kind of :mod:`verification.findings`: ``target-bug`` fails the target;
+``memory-held`` (memory kept alive without being wrong, with its figure), ``known-unsafe``
+(a documented hazard the checker demonstrated) and ``skipped`` never do. A check collects
 into :class:`Findings`, which runs fixed scenarios and the shared search driver
 (:mod:`verification.search`) and keeps every distinct finding once.
 """
@@ -23,54 +23,28 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.finding_kinds import (
+from verification.findings import (
     HARNESS_ERROR,
+    SKIPPED,
     TARGET_BUG,
-    fails_certificate,
-    register_finding_kind,
+    Finding,
 )
 from verification.programs import Program, programs
 from verification.search import search, symptom
 from verification.targets import Target
 from verification.usable import unusable as target_unusable
 
-MEMORY_HELD = register_finding_kind(
-    "memory-held",
-    False,
-    "the target is correct but keeps alive memory it could release (the figure says how much)",
-).name
-KNOWN_UNSAFE = register_finding_kind(
-    "known-unsafe",
-    False,
-    "a documented hazard (replaying captures of one pool out of order), demonstrated by the "
-    "checker; never a target bug",
-    about_target=False,
-).name
-SKIPPED = register_finding_kind(
-    "skipped",
-    False,
-    "a check stopped early: a finding left the target unusable in this process, and what "
-    "followed would only have reported that leftover",
-).name
 
-
-@dataclass(frozen=True)
-class PropertyFinding:
-    """One observation of a property check; ``program`` is the (shrunk) example, if any."""
-
-    prop: str
-    kind: str
-    message: str
-    program: Program | None = None
-    seed: int | None = None
-    scenario: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def fails(self) -> bool:
-        return fails_certificate(self.kind)
-
-    def summary(self) -> str:
-        return f"{self.prop}: {self.kind}: {self.message.splitlines()[0] if self.message else ''}"
+def property_finding(
+    prop: str,
+    kind: str,
+    message: str,
+    program: Program | None = None,
+    seed: int | None = None,
+    scenario: tuple[tuple[str, Any], ...] = (),
+) -> Finding:
+    """A finding of property ``prop``; ``program`` is the (shrunk) example, if any."""
+    return Finding(kind, prop, message, program=program, seed=seed, scenario=scenario)
 
 
 @dataclass
@@ -96,7 +70,7 @@ class CheckResult:
     prop: str
     examples: int
     elapsed_s: float
-    findings: list[PropertyFinding] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
     not_applicable: str | None = None
     # Why the check did not run: an earlier check in this process left the target unusable.
     skipped: str | None = None
@@ -128,12 +102,12 @@ def scenario_of(problem: Callable[..., Any]) -> tuple[tuple[str, Any], ...]:
     return (("fixed", f"{fn.__module__}:{fn.__qualname__}"), ("args", args))
 
 
-def finding_key(finding: PropertyFinding) -> tuple[str, str, str]:
+def finding_key(finding: Finding) -> tuple[str, str, str]:
     """What makes two findings of a check one bug: their kind and their symptom."""
-    return finding.prop, finding.kind, symptom(finding.message)
+    return finding.check, finding.kind, symptom(finding.message)
 
 
-def _same_finding(finding: PropertyFinding) -> tuple[Any, ...]:
+def _same_finding(finding: Finding) -> tuple[Any, ...]:
     return (*finding_key(finding), repr(finding.program), finding.scenario)
 
 
@@ -152,14 +126,14 @@ class Findings:
         self.prop = prop
         self.config = config
         self.examples = 0
-        self.found: list[PropertyFinding] = []
+        self.found: list[Finding] = []
         self.stopped: str | None = None
 
     @property
     def going(self) -> bool:
         return self.stopped is None
 
-    def add(self, finding: PropertyFinding | None) -> None:
+    def add(self, finding: Finding | None) -> None:
         if finding is None or not self.going:
             return
         if any(_same_finding(f) == _same_finding(finding) for f in self.found):
@@ -179,14 +153,14 @@ class Findings:
             self.add(error_finding(self.prop, error))
             return
         if found is not None:
-            self.add(PropertyFinding(self.prop, TARGET_BUG, found, scenario=scenario_of(problem)))
+            self.add(property_finding(self.prop, TARGET_BUG, found, scenario=scenario_of(problem)))
 
     def search(
         self,
         strategy: st.SearchStrategy[Any],
-        body: Callable[[Any], PropertyFinding | None],
+        body: Callable[[Any], Finding | None],
         examples: int | None = None,
-        key: Callable[[PropertyFinding], Any] = finding_key,
+        key: Callable[[Finding], Any] = finding_key,
     ) -> None:
         """Runs ``body`` on drawn values for the budget; every distinct finding, shrunk."""
         if not self.going:
@@ -194,7 +168,7 @@ class Findings:
         # A drawn example that shows a fixed scenario's symptom again is the same bug.
         known = {key(f) for f in self.found}
 
-        def new_only(value: Any) -> PropertyFinding | None:
+        def new_only(value: Any) -> Finding | None:
             finding = body(value)
             return None if finding is not None and key(finding) in known else finding
 
@@ -213,11 +187,11 @@ class Findings:
         if outcome.stopped is not None:
             self.stopped = outcome.stopped
 
-    def result(self) -> tuple[int, list[PropertyFinding]]:
+    def result(self) -> tuple[int, list[Finding]]:
         notes = []
         if self.stopped is not None:
             notes.append(
-                PropertyFinding(
+                property_finding(
                     self.prop,
                     SKIPPED,
                     f"the rest of the check was skipped: target unusable after its finding "
@@ -250,14 +224,14 @@ def _raised_by_harness(error: BaseException) -> bool:
     return innermost is not None and _HARNESS in innermost.parents
 
 
-def error_finding(prop: str, error: Exception) -> PropertyFinding:
+def error_finding(prop: str, error: Exception) -> Finding:
     """An exception that escaped a check's code: a ``harness-error`` when the harness's own
     code raised it, else a ``target-bug``."""
     kind = HARNESS_ERROR if _raised_by_harness(error) else TARGET_BUG
-    return PropertyFinding(prop, kind, f"the check raised {error!r}")
+    return property_finding(prop, kind, f"the check raised {error!r}")
 
 
-def timed(prop: str, run: Callable[[], tuple[int, list[PropertyFinding]]]) -> CheckResult:
+def timed(prop: str, run: Callable[[], tuple[int, list[Finding]]]) -> CheckResult:
     """Runs a check with the heap so far frozen: the checks collect garbage often, and a
     full collection walks all of torch and hypothesis (a second each on a busy machine).
 

@@ -37,14 +37,14 @@ import torch
 from hypothesis import strategies as st
 
 from verification.execute import collector_paused
-from verification.finding_kinds import register_finding_kind
+from verification.findings import TORCH_LIMIT, Finding
 from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
     Findings,
-    PropertyFinding,
     program_strategy,
+    property_finding,
     timed,
     unusable,
 )
@@ -52,13 +52,6 @@ from verification.properties.pool import WITNESS
 from verification.properties.runs import ProgramRun
 
 NAME = "faults"
-TORCH_LIMIT = register_finding_kind(
-    "torch-limit",
-    False,
-    "a limitation of torch or CUDA that no target can work around, shown by the checker; "
-    "never a target bug",
-    about_target=False,
-).name
 POOL_LEFT_RECORDING = "already recording to mempool_id"
 RNG_LEFT_CAPTURING = "Offset increment outside graph capture"
 POINTS = (
@@ -543,18 +536,18 @@ FIXED_POINTS = ("capture-begin", "pool-handle", "capture-end-at-exit")
 
 
 def check(config: CheckConfig) -> CheckResult:
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         limits: set[str] = set()
         found = Findings(NAME, config)
 
-        def body(drawn: tuple[Program, str, int, str]) -> PropertyFinding | None:
+        def body(drawn: tuple[Program, str, int, str]) -> Finding | None:
             program, point, nth, illegal = drawn
             problem = _fault_problem(program, point, nth, illegal, config, limits)
             if problem is None:
                 return None
             nth = 0 if point in ONCE_A_CAPTURE else nth % 4
             scenario = (("point", point), ("nth", nth), ("illegal", illegal))
-            return PropertyFinding(NAME, "target-bug", problem, program, config.seed, scenario)
+            return property_finding(NAME, "target-bug", problem, program, config.seed, scenario)
 
         for point in FIXED_POINTS:
             if found.going:
@@ -570,7 +563,7 @@ def check(config: CheckConfig) -> CheckResult:
         )
         found.search(strategy, body)
         examples, findings = found.result()
-        notes = [PropertyFinding(NAME, TORCH_LIMIT, limit) for limit in sorted(limits)]
+        notes = [property_finding(NAME, TORCH_LIMIT, limit) for limit in sorted(limits)]
         return examples, findings + notes
 
     return timed(NAME, run)

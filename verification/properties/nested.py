@@ -19,13 +19,14 @@ import torch
 from hypothesis import strategies as st
 
 from verification.execute import collector_paused
+from verification.findings import Finding
 from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
     Findings,
-    PropertyFinding,
     program_strategy,
+    property_finding,
     timed,
 )
 from verification.properties.runs import ProgramRun
@@ -210,18 +211,18 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 
 def check(config: CheckConfig) -> CheckResult:
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         found = Findings(NAME, config)
         found.fixed(_decorator_identity_problem)
         found.fixed(_nested_decorated_problem)
 
-        def body(drawn: tuple[Program, str, int]) -> PropertyFinding | None:
+        def body(drawn: tuple[Program, str, int]) -> Finding | None:
             program, place, at = drawn
             problem = _nested_capture_problem(program, place, at % len(program.steps), config)
             if problem is None:
                 return None
             scenario = (("place", place), ("before_step", at % len(program.steps)))
-            return PropertyFinding(NAME, "target-bug", problem, program, config.seed, scenario)
+            return property_finding(NAME, "target-bug", problem, program, config.seed, scenario)
 
         strategy = st.tuples(program_strategy(config), st.sampled_from(PLACES), st.integers(0, 7))
         found.search(strategy, body)

@@ -26,14 +26,15 @@ import torch
 from hypothesis import strategies as st
 
 from verification.execute import collector_paused, run_steps
+from verification.findings import Finding
 from verification.ops.spec import TensorMeta
 from verification.programs import Program, Step, default_ops, make_inputs, op_table
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
     Findings,
-    PropertyFinding,
     program_strategy,
+    property_finding,
     timed,
 )
 from verification.properties.memory import ArgumentWatch, held_bytes, scribble_freed
@@ -219,7 +220,7 @@ def _shared_pool_problem(
     return None
 
 
-def out_of_order_demonstration(config: CheckConfig) -> PropertyFinding:
+def out_of_order_demonstration(config: CheckConfig) -> Finding:
     """Shows that replaying captures of one pool out of order is caught (never a target bug)."""
     target, device = config.target, config.device
     x = torch.randn(128, device=device)
@@ -250,17 +251,17 @@ def out_of_order_demonstration(config: CheckConfig) -> PropertyFinding:
     torch.cuda.synchronize()
     out_of_order = bool(torch.equal(out2, expected))
     if not in_order:
-        return PropertyFinding(
+        return property_finding(
             NAME, "target-bug", "captures sharing a pool replayed in order differ from eager"
         )
     if out_of_order:
-        return PropertyFinding(
+        return property_finding(
             NAME,
             "harness-error",
             "the out-of-order demonstration did not corrupt: the allocator did not reuse the "
             "first capture's freed temporary for the second capture's output",
         )
-    return PropertyFinding(
+    return property_finding(
         NAME,
         "known-unsafe",
         "replaying the second of two captures sharing a pool before the first overwrote the "
@@ -475,16 +476,16 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 
 def check(config: CheckConfig) -> CheckResult:
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         held: list[int] = []
         found = Findings(NAME, config)
 
-        def body(drawn: tuple[list[Program], bool]) -> PropertyFinding | None:
+        def body(drawn: tuple[list[Program], bool]) -> Finding | None:
             programs, _ = drawn
             problem = _drawn_problem(programs, config, held)
             if problem is None:
                 return None
-            return PropertyFinding(NAME, "target-bug", problem, programs[0], config.seed)
+            return property_finding(NAME, "target-bug", problem, programs[0], config.seed)
 
         found.fixed(arguments_as_given_problem)
         before = len(found.found)
@@ -500,7 +501,7 @@ def check(config: CheckConfig) -> CheckResult:
                 found.examples += 1
                 problem = _witness_problem(program, config, held)
                 if problem is not None:
-                    found.add(PropertyFinding(NAME, "target-bug", problem, program, config.seed))
+                    found.add(property_finding(NAME, "target-bug", problem, program, config.seed))
         strategy = st.tuples(
             st.lists(program_strategy(config, ops=ops), min_size=2, max_size=3), st.just(True)
         )
@@ -508,7 +509,7 @@ def check(config: CheckConfig) -> CheckResult:
         examples, findings = found.result()
         if held and max(held) > 0:
             findings.append(
-                PropertyFinding(
+                property_finding(
                     NAME,
                     "memory-held",
                     f"the capture keeps alive up to {max(held)} bytes of graph intermediates given "

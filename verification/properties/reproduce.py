@@ -3,7 +3,8 @@
 :func:`render` writes, for a fixed scenario's finding, a script that stands alone (it
 imports only torch and the target); for a drawn program's, a script that binds the target as
 the finding's target did, spells the shrunk program as data and calls :func:`reproduce`,
-which re-checks that one program under the finding's scenario. The script exits 1 while the bug is present and 0 once fixed.
+which re-checks that one program under the finding's scenario. The script exits 1 while the
+bug is present and 0 once fixed.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from verification.devices import device_context, resolve_device
+from verification.findings import Finding
 from verification.programs import Program
 from verification.properties import standalone
-from verification.properties.base import CheckConfig, PropertyFinding
+from verification.properties.base import CheckConfig
 from verification.targets import Target, load_target
 
 
-def render(finding: PropertyFinding, target: Target, kind: str, command: str) -> str | None:
+def render(finding: Finding, target: Target, kind: str, command: str) -> str | None:
     """The reproducer script for ``finding``, or None when it has none (no program and no
     fixed scenario). A fixed scenario's script stands alone (:mod:`.standalone`); a drawn
     program's calls :func:`reproduce`."""
@@ -32,7 +34,7 @@ def render(finding: PropertyFinding, target: Target, kind: str, command: str) ->
         return None
     import_code = target.import_code or f"import {target.name} as target"
     return (
-        f'"""Reproducer for a {finding.prop} {finding.kind} finding in target {target.name} '
+        f'"""Reproducer for a {finding.check} {finding.kind} finding in target {target.name} '
         f"({kind}).\n\n{finding.summary().replace(chr(34) * 3, chr(39))}\n"
         f'Command: {command}\nExits 1 while the bug is present, 0 once it is fixed.\n"""\n\n'
         "import sys\n\nimport torch  # noqa: F401  (the program's dtypes)\n\n"
@@ -43,14 +45,14 @@ def render(finding: PropertyFinding, target: Target, kind: str, command: str) ->
         f"PROGRAM = {finding.program!r}\n"
         f"SCENARIO = {dict(finding.scenario)!r}\n\n"
         'if __name__ == "__main__":\n'
-        f"    sys.exit(reproduce({finding.prop!r}, target, PROGRAM, SCENARIO, "
+        f"    sys.exit(reproduce({finding.check!r}, target, PROGRAM, SCENARIO, "
         f"seed={finding.seed or 0}, device={kind!r}, contract={target.contract.name!r}))\n"
     )
 
 
-def write(directory: Path, number: int, finding: PropertyFinding, text: str) -> Path:
+def write(directory: Path, number: int, finding: Finding, text: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"property_{number}_{finding.prop}_{finding.kind}.py"
+    path = directory / f"property_{number}_{finding.check}_{finding.kind}.py"
     path.write_text(text)
     return path
 

@@ -1,16 +1,23 @@
 """Property 7, the runner: ``BreakableGraphRunner`` captures once per input signature and
-replays, with results equal to eager.
+replays, with results equal to eager, and leaves the caller's tensors as eager leaves them.
 
 Only targets whose module has a ``BreakableGraphRunner`` are checked (others are reported
-not applicable). A drawn program is wrapped in a function of its inputs plus a tensor
-``extra`` and a number ``scale``, and the runner is called with repeated and new signatures
-(another scale, dtype, shape or strides of ``extra``, inputs by keyword). Every result must
-equal eager; a new signature must run the function again (warm-up and capture), a repeated
-one must not run it at all and must return the very objects of its first call;
+not applicable). Two fixed programs (issue 25's function among them), then programs drawn by
+the fuzzer's generator (in-place and ``out=`` ops on their inputs, outputs that are inputs,
+views of inputs or of each other), are each wrapped in a function of its inputs plus a tensor
+``extra``, a number ``scale`` and a number ``shift`` with a default, and the runner is called
+with repeated and new signatures (the tensors of the call before passed again, inputs at
+another storage offset, the default given, another shift, scale, dtype, shape or strides of
+``extra``, inputs by keyword). All other calls get fresh tensors, and eager runs the function
+on an identical set. After each call the caller's tensors must equal eager's, every output
+must share memory as eager's does (be the caller's input, the same view of it, the same view
+of another output, or memory of its own), and the results must equal eager; a new signature
+must run the function again (warm-up and capture), a repeated one must not run it at all and
+must return the very objects of its first call for outputs that are not the caller's tensors;
 ``debug=True`` must stay silent; the caller's stream must be current after each call; every
-capture must allocate in the runner's pool. With graphs disabled the results must still
-equal eager and each repeated call runs the function once. A fixed scenario checks that
-``debug=True`` reports a moved static output and that without it nothing is checked.
+capture must allocate in the runner's pool. With graphs disabled the same holds, and each
+repeated call runs the function once. A fixed scenario checks that ``debug=True`` reports a
+moved static output and that without it nothing is checked.
 
 Another fixed scenario, run first, checks the arguments as documented: ``fn`` by position or
 by keyword, options only by keyword. A new signature runs the function exactly ``warmup + 1``
@@ -30,24 +37,34 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from hypothesis import strategies as st
 
-from verification.execute import BreakLog, collector_paused, run_eager, run_steps, step_callables
+from verification.execute import BreakLog, collector_paused, run_steps, step_callables
+from verification.findings import Finding
+from verification.ops.spec import Decorate, TensorMeta
 from verification.oracle import compare, program_tolerance
-from verification.programs import Program, default_ops, make_inputs, op_table
+from verification.programs import (
+    Program,
+    Step,
+    default_ops,
+    make_inputs,
+    op_table,
+    programs,
+    with_drops,
+)
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
     Findings,
-    PropertyFinding,
-    program_strategy,
+    property_finding,
     timed,
 )
 from verification.properties.runs import DEFAULT_POOL
 
 NAME = "runner"
 RUNNER = "BreakableGraphRunner"
-# An example costs about five fuzz examples (six captures): the budget is divided by this.
-COST = 5
+# An example costs about six fuzz examples (eight captures): the budget is divided by this.
+COST = 6
 # RNG ops are left out: warm-up, capture and replay each draw, so no seed lines them up
 # with one eager run.
 OPS = tuple(spec for spec in default_ops() if not spec.rng)
@@ -55,34 +72,79 @@ OPS = tuple(spec for spec in default_ops() if not spec.rng)
 
 @dataclass(frozen=True)
 class Call:
-    """One call of the runner: the values' seed and how ``extra`` and the inputs are passed."""
+    """One call of the runner: the values' seed and how the arguments are passed."""
 
     label: str
     seed: int
     scale: int = 2
+    shift: int | None = None  # None: left to the function's default
     dtype: torch.dtype = torch.float32
     shape: tuple[int, ...] = (4,)
-    strided: bool = False
+    strided: bool = False  # ``extra`` every other element of a wider tensor
+    offset: bool = False  # the program's inputs OFFSET_BYTES into their storage
     by_keyword: bool = False
+    again: bool = False  # the previous call's tensors, as it left them
     repeats: str | None = None  # the label of the earlier call with the same signature
 
 
-# Graph mode: every part of a signature changes once, and the first one comes back twice.
+# Graph mode: every part of a signature changes once, and the first one comes back thrice:
+# with fresh tensors, with the tensors the call before wrote, and with inputs at an offset.
 GRAPH_CALLS = (
     Call("first", 1),
     Call("repeat", 2, repeats="first"),
-    Call("new scale", 3, scale=3),
-    Call("new dtype", 4, dtype=torch.float64),
-    Call("new shape", 5, shape=(2, 3)),
-    Call("new strides", 6, strided=True),
-    Call("inputs by keyword", 7, by_keyword=True),
-    Call("first again", 8, repeats="first"),
+    Call("same tensors again", 2, again=True, repeats="first"),
+    Call("inputs at an offset", 3, offset=True, repeats="first"),
+    Call("default given", 4, shift=0),
+    Call("new shift", 5, shift=1),
+    Call("new scale", 6, scale=3),
+    Call("new dtype", 7, dtype=torch.float64),
+    Call("new shape", 8, shape=(2, 3)),
+    Call("new strides", 9, strided=True),
+    Call("inputs by keyword", 10, by_keyword=True),
+    Call("first again", 11, repeats="first"),
 )
 EAGER_CALLS = (
     Call("first", 1),
     Call("repeat", 2, repeats="first"),
+    Call("same tensors again", 2, again=True, repeats="first"),
     Call("new scale", 3, scale=3),
     Call("first again", 4, repeats="first"),
+)
+
+
+def _fixed(
+    inputs: int, shape: tuple[int, ...], steps: list[Step], outputs: tuple[int, ...]
+) -> Program:
+    metas = tuple(TensorMeta(shape, torch.float32) for _ in range(inputs))
+    return Program(metas, with_drops(steps, outputs), outputs)
+
+
+# Programs checked before any drawn one, as hypothesis's explicit examples are: a small budget
+# (the ``ci`` profile's few examples) may draw no program that writes its inputs.
+FIXED_PROGRAMS = (
+    # Issue 25's function, and more: x.add_(y) (an input written), its transpose (a view of
+    # an input), x * x (memory of its own), torch.add(x*x, x*x, out=y) (an out= into an
+    # input), and the transpose negated in place (an input written through a view; returned
+    # twice, as one object).
+    _fixed(
+        2,
+        (4, 8),
+        [
+            Step("add_", (0, 1), (("alpha", 1.0),), False),
+            Step("matrix_transpose", (2,), (), False),
+            Step("mul", (2, 2), (), False),
+            Step("add_out", (4, 4, 1), (), False),
+            Step("neg_", (3,), (), False),
+        ],
+        (2, 3, 4, 5, 6),
+    ),
+    # An eager break that writes its input at capture: the first replay must not see that.
+    _fixed(
+        2,
+        (4, 8),
+        [Step("add_", (0, 1), (("alpha", 1.0),), False), Step("normalize_", (2,), (), True)],
+        (3,),
+    ),
 )
 
 
@@ -90,50 +152,126 @@ def runner_class(config: CheckConfig) -> Any:
     return getattr(config.target.module, RUNNER, None)
 
 
+def program_strategy(config: CheckConfig) -> st.SearchStrategy[Program]:
+    """The fuzzer's generator, under the target's break contract, returning inputs too."""
+    return programs(
+        max_ops=config.max_ops,
+        max_breaks=config.max_breaks,
+        ops=OPS,
+        contract=config.target.contract,
+        outputs_may_be_inputs=True,
+    )
+
+
+Arguments = tuple[tuple[Any, ...], dict[str, Any]]
+
+
 @dataclass(repr=False)
 class Wrapped:
-    """The drawn program as the function a runner wraps; ``calls`` counts its runs."""
+    """The drawn program as the function a runner wraps (the target's breaks) or as eager
+    runs it (``decorate`` None: breaks are plain calls); ``calls`` counts its runs."""
 
     program: Program
     config: CheckConfig
+    decorate: Decorate | None = None
     calls: int = 0
     table: dict[str, Any] = field(init=False)
     callables: list[Callable[..., Any]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.table = op_table(OPS)
-        decorate = self.config.target.eager_break_during_capture
+        decorate = self.decorate or (lambda fn: fn)
         self.callables = step_callables(self.program, self.table, decorate, BreakLog())
 
     def __repr__(self) -> str:
         # Errors the runner raises name it; the program's repr would bury the message.
         return f"<the drawn program of {len(self.program.steps)} steps>"
 
-    def __call__(self, *args: torch.Tensor, scale: int, extra: torch.Tensor, **named: Any) -> Any:
+    def __call__(
+        self, *args: torch.Tensor, scale: int, extra: torch.Tensor, shift: int = 0, **named: Any
+    ) -> Any:
         self.calls += 1
         count = len(self.program.inputs)
         inputs = [*args, *(named[f"t{i}"] for i in range(len(args), count))]
-        # Clones: warm-up runs on the runner's static inputs, and a program that wrote
-        # into its inputs would see them written once more at capture.
-        outputs = run_steps(self.program, self.table, self.callables, [x.clone() for x in inputs])
-        return [*outputs, extra * scale]
+        # The inputs themselves: the program may write them, as eager code does.
+        outputs = run_steps(self.program, self.table, self.callables, inputs)
+        return [*outputs, extra * scale + shift]
 
-    def arguments(self, call: Call) -> tuple[tuple[Any, ...], dict[str, Any], list[torch.Tensor]]:
-        """(args, kwargs) of ``call`` and the eager results they must give."""
+    def arguments(self, call: Call) -> Arguments:
+        """Fresh (args, kwargs) of ``call``; equal sets on every call with the same ``call``."""
         device = self.config.device
         inputs = make_inputs(self.program, self.config.seed + call.seed, device)
+        if call.offset:
+            inputs = [_at_offset(x) for x in inputs]
         g = torch.Generator().manual_seed(self.config.seed + call.seed)
         extra = torch.randn(call.shape, generator=g).to(call.dtype).to(device)
         if call.strided:
             wide = torch.zeros((*call.shape[:-1], 2 * call.shape[-1]), dtype=call.dtype)
             extra = wide.to(device)[..., ::2].copy_(extra)
-        expected = run_eager(self.program, self.table, inputs, 0, self.config.kind)
-        expected.append(extra * call.scale)
         kwargs: dict[str, Any] = {"scale": call.scale, "extra": extra}
+        if call.shift is not None:
+            kwargs["shift"] = call.shift
         if call.by_keyword:
             kwargs.update({f"t{i}": x for i, x in enumerate(inputs)})
-            return (), kwargs, expected
-        return tuple(inputs), kwargs, expected
+            return (), kwargs
+        return tuple(inputs), kwargs
+
+
+# Bytes before an input "at an offset": as aligned as a fresh allocation, since the rounding
+# of some kernels (a CPU dot product, say) depends on the alignment of their operands.
+OFFSET_BYTES = 1024
+
+
+def _at_offset(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s values OFFSET_BYTES into a storage of its own (same strides, new offset)."""
+    pad = OFFSET_BYTES // tensor.element_size()
+    storage = torch.empty(tensor.numel() + pad, dtype=tensor.dtype, device=tensor.device)
+    return storage[pad:].view(tensor.shape).copy_(tensor)
+
+
+def named_tensors(arguments: Arguments) -> list[tuple[str, torch.Tensor]]:
+    args, kwargs = arguments
+    named = [(f"t{i}", x) for i, x in enumerate(args)]
+    return named + [(k, v) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+
+
+Relation = tuple[Any, ...]
+
+
+def _shares(a: torch.Tensor, b: torch.Tensor) -> bool:
+    storage = a.untyped_storage()
+    # Empty tensors may all report address 0: they share nothing.
+    return storage.nbytes() > 0 and storage.data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _relation(out: torch.Tensor, others: list[tuple[str, torch.Tensor]]) -> Relation:
+    """``out`` is the first of ``others`` it is, else views the first it shares memory with."""
+    for name, other in others:
+        if out is other:
+            return ("is", name)
+    for name, other in others:
+        if _shares(out, other):
+            offset = out.storage_offset() * out.element_size()
+            start = other.storage_offset() * other.element_size()
+            return ("views", name, tuple(out.shape), out.stride(), offset - start)
+    return ("own",)
+
+
+def aliasing(outputs: list[torch.Tensor], inputs: list[tuple[str, torch.Tensor]]) -> list[Relation]:
+    """Each output's relation to the inputs, else to the outputs before it."""
+    return [
+        _relation(out, inputs + [(f"output {j}", o) for j, o in enumerate(outputs[:k])])
+        for k, out in enumerate(outputs)
+    ]
+
+
+def describe(relation: Relation) -> str:
+    if relation[0] == "is":
+        return f"is {relation[1]} itself"
+    if relation[0] == "views":
+        _, name, shape, stride, offset = relation
+        return f"views {name} (shape {shape}, strides {stride}, {offset} bytes in)"
+    return "has memory of its own"
 
 
 def _pool_of(tensor: torch.Tensor) -> tuple[int, int] | None:
@@ -148,9 +286,36 @@ def _pool_of(tensor: torch.Tensor) -> tuple[int, int] | None:
     return None
 
 
+def _call_problem(
+    where: str,
+    result: Any,
+    expected: list[torch.Tensor],
+    runner_side: Arguments,
+    eager_side: Arguments,
+    tol: Any,
+) -> str | None:
+    """The caller's tensors, the outputs' memory and the outputs' values, against eager."""
+    if not isinstance(result, list) or len(result) != len(expected):
+        return f"{where}: returned {type(result).__name__}, expected {len(expected)} tensors"
+    mine, theirs = named_tensors(runner_side), named_tensors(eager_side)
+    for index, (got, want) in enumerate(zip(aliasing(result, mine), aliasing(expected, theirs))):
+        if got != want:
+            return f"{where}: output {index} {describe(got)}, where eager's {describe(want)}"
+    for (name, got), (_, want) in zip(mine, theirs):
+        problem = compare(got, want, tol)
+        if problem is not None:
+            return f"{where}: the caller's {name} afterwards: {problem}"
+    for index, (actual, want) in enumerate(zip(result, expected)):
+        problem = compare(actual, want, tol)
+        if problem is not None:
+            return f"{where}: output {index}: {problem}"
+    return None
+
+
 def _sequence_problem(program: Program, config: CheckConfig, graphs: bool) -> str | None:
     """Calls a runner of ``program`` through GRAPH_CALLS (or EAGER_CALLS with graphs off)."""
-    fn = Wrapped(program, config)
+    fn = Wrapped(program, config, config.target.eager_break_during_capture)
+    eager_fn = Wrapped(program, config)
     pool = torch.cuda.graph_pool_handle() if graphs else None
     options = {"pool": pool, "debug": True} if graphs else {"enabled": False}
     mode = "graphs on" if graphs else "graphs disabled"
@@ -159,43 +324,47 @@ def _sequence_problem(program: Program, config: CheckConfig, graphs: bool) -> st
     except Exception as error:
         return f"{mode}: making a runner with {sorted(options)} raised {error!r}"
     tol = program_tolerance(program, fn.table)
-    first: dict[str, Any] = {}
+    first: dict[str, list[Any]] = {}
     caller = torch.cuda.Stream()
-    caller.wait_stream(torch.cuda.current_stream())
+    runner_side = eager_side = None
     for call in GRAPH_CALLS if graphs else EAGER_CALLS:
-        args, kwargs, expected = fn.arguments(call)
+        if not call.again or runner_side is None or eager_side is None:
+            runner_side, eager_side = fn.arguments(call), fn.arguments(call)
         where = f"{mode}, call {call.label!r}"
+        expected = eager_fn(*eager_side[0], **eager_side[1])
         before = fn.calls
+        caller.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(caller), collector_paused():
             try:
-                result = runner(*args, **kwargs)
+                result = runner(*runner_side[0], **runner_side[1])
             except Exception as error:
                 return f"{where}: the runner raised {error!r}"
             if torch.cuda.current_stream() != caller:
                 return f"{where}: the caller's stream is not current after the call"
         torch.cuda.current_stream().wait_stream(caller)
         torch.cuda.synchronize()
+        problem = _call_problem(where, result, expected, runner_side, eager_side, tol)
+        if problem is not None:
+            return problem
         ran = fn.calls - before
         if call.repeats is None and ran < 2:
             return (
                 f"{where}: a new signature ran the function {ran} times, expected a warm-up "
                 "run and a capture"
             )
-        if not isinstance(result, list) or len(result) != len(expected):
-            return f"{where}: returned {type(result).__name__}, expected {len(expected)} tensors"
+        # Outputs that share no memory with the caller's tensors are the runner's own, kept
+        # per signature.
+        inputs = [x for _, x in named_tensors(eager_side)]
+        own = [k for k, out in enumerate(expected) if not any(_shares(out, x) for x in inputs)]
         if call.repeats is not None:
             if ran != (0 if graphs else 1):
                 return f"{where}: a repeated signature ran the function {ran} times"
-            if any(a is not b for a, b in zip(result, first[call.repeats])):
+            if any(result[k] is not first[call.repeats][k] for k in own):
                 return f"{where}: a repeated signature returned other tensors than its first call"
         else:
             first[call.label] = list(result)
             if graphs and _pool_of(result[-1]) != tuple(pool):
                 return f"{where}: the capture did not allocate in the runner's pool {pool}"
-        for index, (actual, want) in enumerate(zip(result, expected)):
-            problem = compare(actual, want, tol)
-            if problem is not None:
-                return f"{where}: output {index}: {problem}"
     return None
 
 
@@ -348,21 +517,25 @@ def check(config: CheckConfig) -> CheckResult:
     if runner_class(config) is None:
         return CheckResult(NAME, 0, 0.0, not_applicable=f"the target has no {RUNNER}")
 
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         # The arguments first: a runner that takes them otherwise than documented would show
         # up as a miscount on a drawn program, which names a symptom, not the argument.
         found = Findings(NAME, config)
         found.fixed(arguments_problem)
 
-        def body(program: Program) -> PropertyFinding | None:
+        def body(program: Program) -> Finding | None:
             problem = runner_problem(program, config)
             if problem is None:
                 return None
-            return PropertyFinding(NAME, "target-bug", problem, program, config.seed)
+            return property_finding(NAME, "target-bug", problem, program, config.seed)
 
-        strategy = program_strategy(config, ops=OPS)
-        if not found.found:  # an argument bug would show again here as a mere miscount
-            found.search(strategy, body, max(1, config.examples // COST))
+        # An argument bug would show again on the programs as a mere miscount.
+        if not found.found:
+            for program in FIXED_PROGRAMS:
+                if found.going:
+                    found.examples += 1
+                    found.add(body(program))
+            found.search(program_strategy(config), body, max(1, config.examples // COST))
         found.fixed(debug_problem)
         return found.result()
 

@@ -18,7 +18,7 @@ import textwrap
 import types
 from typing import Any
 
-from verification.properties.base import PropertyFinding
+from verification.findings import Finding
 from verification.targets import Target
 
 HARNESS = "verification."
@@ -103,7 +103,7 @@ class _Bundle:
                 self.add(name, vars(module)[name], module)
 
 
-def render(finding: PropertyFinding, target: Target, kind: str, command: str) -> str:
+def render(finding: Finding, target: Target, kind: str, command: str) -> str:
     """The standalone script for a finding of a fixed scenario; raises :class:`NotStandalone`
     when the scenario reaches harness code a script cannot carry."""
     scenario = dict(finding.scenario)
@@ -112,15 +112,15 @@ def render(finding: PropertyFinding, target: Target, kind: str, command: str) ->
     function = getattr(module, qualname)
     bundle = _Bundle()
     bundle.add(qualname, function, module)
-    if target.import_code.startswith("from verification") or not target.import_code:
-        raise NotStandalone("the target is bound through the harness")
+    if not target.import_code:
+        raise NotStandalone("the target has no import a script could use")
     simulated = kind == "sim"
     summary = finding.summary().splitlines()[0].replace('"""', "'")
     args = ", ".join(repr(a) for a in scenario.get("args", ())) + (
         ", " if scenario.get("args") else ""
     )
     header = (
-        f'"""Reproducer for a {finding.prop} {finding.kind} finding in target {target.name} '
+        f'"""Reproducer for a {finding.check} {finding.kind} finding in target {target.name} '
         f"({kind}).\n\n{summary}\nCommand: {command}\n"
         "It imports only torch and the target. Exits 1 while the bug is present, 0 once it "
         'is fixed.\n"""\n\nfrom __future__ import annotations\n\n'
@@ -147,9 +147,9 @@ def render(finding: PropertyFinding, target: Target, kind: str, command: str) ->
         f"seed={finding.seed or 0})\n"
         f"    problem = {qualname}({args}config)\n"
         "    if problem is None:\n"
-        f'        print("reproducer passed: property {finding.prop} holds")\n'
+        f'        print("reproducer passed: property {finding.check} holds")\n'
         "        return 0\n"
-        f'    print(f"property {finding.prop} violated: {{problem}}", file=sys.stderr)\n'
+        f'    print(f"property {finding.check} violated: {{problem}}", file=sys.stderr)\n'
         "    return 1\n"
     )
     entry = (

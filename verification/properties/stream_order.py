@@ -17,13 +17,14 @@ from typing import Any
 import torch
 
 from verification.execute import collector_paused
+from verification.findings import Finding
 from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
     Findings,
-    PropertyFinding,
     program_strategy,
+    property_finding,
     timed,
 )
 from verification.properties.runs import ProgramRun
@@ -128,23 +129,23 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 
 def check(config: CheckConfig) -> CheckResult:
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         found = Findings(NAME, config)
         try:
             problem = _judged(config, witness_problem)
         except RaceDetectorMissing as missing:
-            return 0, [PropertyFinding(NAME, "harness-error", str(missing))]
+            return 0, [property_finding(NAME, "harness-error", str(missing))]
         found.examples += 1
         if problem is not None:
-            found.add(PropertyFinding(NAME, "target-bug", f"witness: {problem}"))
+            found.add(property_finding(NAME, "target-bug", f"witness: {problem}"))
 
-        def body(program: Program) -> PropertyFinding | None:
+        def body(program: Program) -> Finding | None:
             if not program.num_breaks:
                 return None
             problem = _judged(config, _amplified_problem, program)
             if problem is None:
                 return None
-            return PropertyFinding(NAME, "target-bug", problem, program, config.seed)
+            return property_finding(NAME, "target-bug", problem, program, config.seed)
 
         strategy = program_strategy(config).filter(lambda p: p.num_breaks > 0)
         found.search(strategy, body, max(1, config.examples // 2))

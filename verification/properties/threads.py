@@ -22,13 +22,14 @@ import torch
 from hypothesis import strategies as st
 
 from verification.execute import collector_paused
+from verification.findings import Finding
 from verification.programs import Program, default_ops
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
     Findings,
-    PropertyFinding,
     program_strategy,
+    property_finding,
     timed,
 )
 from verification.properties.runs import ProgramRun
@@ -328,11 +329,11 @@ def check(config: CheckConfig) -> CheckResult:
     ops = [spec for spec in default_ops() if not spec.rng]
     modes = modes_of(config.target)
 
-    def run() -> tuple[int, list[PropertyFinding]]:
+    def run() -> tuple[int, list[Finding]]:
         found = Findings(NAME, config)
         found.fixed(foreign_add_eager_problem)
 
-        def body(drawn: tuple[Program, list[Program], int, int, int]) -> PropertyFinding | None:
+        def body(drawn: tuple[Program, list[Program], int, int, int]) -> Finding | None:
             program, programs, at, others, mode_index = drawn
             mode = modes[mode_index % len(modes)]
             scenario: tuple[tuple[str, Any], ...] = (("mode", mode), ("at", at))
@@ -344,7 +345,7 @@ def check(config: CheckConfig) -> CheckResult:
             if problem is None:
                 return None
             message = f"capture_error_mode={mode}: {problem}"
-            return PropertyFinding(NAME, "target-bug", message, program, config.seed, scenario)
+            return property_finding(NAME, "target-bug", message, program, config.seed, scenario)
 
         strategy = st.tuples(
             program_strategy(config, ops=ops),

@@ -3,7 +3,7 @@
 ``BreakableCUDAGraphCapture`` wraps ``bcgs.BreakableCUDAGraph`` + ``bcgs.breakable_graph``;
 ``eager_break_during_capture`` is ``bcgs.no_graph``, which rejects CUDA tensor returns, so
 ``SUPPORTS_TENSOR_RETURNS`` is False. Importing it without the package installed raises
-:class:`~verification.devices.UsageError`.
+:class:`~verification.errors.UsageError`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from verification.devices import UsageError
+from verification.errors import UsageError
 
 try:
     import breakable_cuda_graphs as bcgs

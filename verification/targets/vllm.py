@@ -5,7 +5,7 @@ Importing it sets ``VLLM_USE_BREAKABLE_CUDAGRAPH=1`` first, because vLLM's
 vLLM's capture takes ``add_eager(fn)`` with a zero-argument ``fn`` and a pool that its
 wrapper always passes; this adapter binds arguments and gives each capture one pool, as
 vLLM's wrapper does. vLLM declares no contract, so it is judged by ``out-buffer``. Without
-vLLM installed, importing it raises :class:`~verification.devices.UsageError`.
+vLLM installed, importing it raises :class:`~verification.errors.UsageError`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from verification.devices import UsageError
+from verification.errors import UsageError
 
 os.environ["VLLM_USE_BREAKABLE_CUDAGRAPH"] = "1"
 

@@ -1,0 +1,28 @@
+"""Each command loads its target once and passes the loaded target down: no check re-imports
+it from its name (issue 20)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests import counting_target
+from verification.cli import main
+
+TARGET = "tests.counting_target"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["fuzz", "--examples", "3", "--no-isolate"],
+        ["fuzz-op", "examples.masked_compaction:SPEC", "--examples", "3", "--no-isolate"],
+        ["certify", "--profile", "quick", "--examples", "3", "--no-sensitivity", "--out"],
+    ],
+    ids=lambda command: command[0],
+)
+def test_a_command_loads_its_target_once(command, tmp_path, monkeypatch, bcg_kind):
+    monkeypatch.setattr(counting_target, "LOADS", 0)
+    if command[-1] == "--out":
+        command = [*command, str(tmp_path)]
+    assert main([*command, "--target", TARGET, "--device", bcg_kind]) == 0
+    assert counting_target.LOADS == 1

@@ -1,0 +1,1 @@
+"""``certify``: the table of checks, running it, the certificate, and the planted-bug sensitivity."""

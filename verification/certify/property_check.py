@@ -1,0 +1,236 @@
+"""The property checks of :mod:`verification.properties`, run in this process or one child per
+property: what ``check`` runs and certify's ``properties`` check.
+
+Each check runs in a process of its own: a new interpreter on a GPU (:func:`run_in_child`), a
+fork of this one on the simulator (:func:`run_forked`), so that no check sees another's
+leftovers. A child killed by a signal becomes a ``target-bug`` finding naming the signal;
+results cross the process boundary as JSON (:func:`to_json`, :func:`from_json`). In one
+process (:func:`run_properties`) the checks after one that left the target unusable are
+skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from verification.certify.run import CertifyRun, CheckResult
+from verification.devices import device_context
+from verification.findings import TARGET_BUG
+from verification.isolation import run_child, signal_name
+from verification.ops.spec import TensorMeta
+from verification.programs import Program, Step
+from verification.properties import PROPERTIES
+from verification.properties.base import CheckConfig, property_finding, unusable
+from verification.properties.base import CheckResult as PropertyResult
+
+DEFAULT_CYCLES = 100
+
+
+def names(choice: str) -> list[str]:
+    return list(PROPERTIES) if choice == "all" else [choice]
+
+
+def run_properties(
+    choice: str, target: Any, kind: str, examples: int, seed: int = 0, cycles: int = DEFAULT_CYCLES
+) -> list[PropertyResult]:
+    """Runs the chosen properties in this process on device ``kind``. Once a check leaves the
+    target unusable, the rest are skipped: they would report its leftover as bugs of their own."""
+    results: list[PropertyResult] = []
+    with device_context(kind) as device:
+        config = CheckConfig(target, kind, device, examples, seed, cycles)
+        left_by: str | None = None
+        for name in names(choice):
+            if left_by is not None:
+                skipped = f"target unusable after {left_by}"
+                results.append(PropertyResult(name, 0, 0.0, skipped=skipped))
+                continue
+            results.append(PROPERTIES[name].check(config))
+            if unusable(config) is not None:
+                left_by = name
+    return results
+
+
+def _forked_check(
+    name: str, target: Any, kind: str, examples: int, seed: int, cycles: int, conn: Any
+) -> None:
+    results = run_properties(name, target, kind, examples, seed, cycles)
+    conn.send(json.dumps(to_json(results)))
+    conn.close()
+
+
+def run_forked(
+    chosen: Sequence[str],
+    target: Any,
+    kind: str,
+    examples: int,
+    seed: int = 0,
+    cycles: int = DEFAULT_CYCLES,
+    jobs: int = 1,
+) -> list[PropertyResult]:
+    """The simulator's isolation: each property in a forked child of this process, ``jobs`` at
+    a time. A fork starts with torch and the harness imported, and with the target as this
+    process holds it, untouched by any check; a new interpreter would spend seconds on
+    imports per check. Not for a GPU: a CUDA context does not survive a fork."""
+    context = multiprocessing.get_context("fork")
+    with device_context(kind):
+        pass  # what opening the device imports (torch._dynamo, seconds), once for every child
+    pending = list(enumerate(chosen))
+    running: list[tuple[int, str, Any, Any]] = []
+    results: dict[int, PropertyResult] = {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            number, name = pending.pop(0)
+            receive, send = context.Pipe(duplex=False)
+            child = context.Process(
+                target=_forked_check, args=(name, target, kind, examples, seed, cycles, send)
+            )
+            sys.stdout.flush()  # or the child would print what this process buffered
+            sys.stderr.flush()
+            child.start()
+            send.close()  # so that a child gone without a result reads as EOF here
+            running.append((number, name, receive, child))
+        number, name, receive, child = running.pop(0)
+        try:
+            data: str | None = receive.recv()
+        except EOFError:
+            data = None
+        child.join()
+        if data is not None and child.exitcode == 0:
+            results[number] = from_json(json.loads(data))[0]
+        else:
+            results[number] = _crash_result(name, child.exitcode or 1, "")
+    return [results[number] for number in range(len(chosen))]
+
+
+def forked_jobs(count: int) -> int:
+    """Children at once on the simulator: one per core, at most one per check."""
+    return max(1, min(count, os.cpu_count() or 1))
+
+
+def to_json(results: list[PropertyResult]) -> list[dict[str, Any]]:
+    return [
+        {
+            "prop": r.prop,
+            "examples": r.examples,
+            "elapsed_s": r.elapsed_s,
+            "not_applicable": r.not_applicable,
+            "skipped": r.skipped,
+            "findings": [
+                {
+                    "kind": f.kind,
+                    "message": f.message,
+                    "program": repr(f.program) if f.program is not None else None,
+                    "seed": f.seed,
+                    "scenario": [list(item) for item in f.scenario],
+                }
+                for f in r.findings
+            ],
+        }
+        for r in results
+    ]
+
+
+def from_json(data: list[dict[str, Any]]) -> list[PropertyResult]:
+    scope = {"Program": Program, "Step": Step, "TensorMeta": TensorMeta, "torch": torch}
+    return [
+        PropertyResult(
+            r["prop"],
+            r["examples"],
+            r["elapsed_s"],
+            [
+                property_finding(
+                    r["prop"],
+                    f["kind"],
+                    f["message"],
+                    eval(f["program"], scope) if f["program"] else None,
+                    f["seed"],
+                    tuple(tuple(item) for item in f["scenario"]),
+                )
+                for f in r["findings"]
+            ],
+            r.get("not_applicable"),
+            r.get("skipped"),
+        )
+        for r in data
+    ]
+
+
+def run_in_child(name: str, argv: Sequence[str]) -> PropertyResult:
+    """Runs one property in a child; a child killed by a signal (or gone without a result) is a
+    target-bug finding whose message says how the process ended and its last line on stderr
+    (the exception that ended it, as a rule)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        result_file = Path(scratch) / "result.json"
+        child = [*argv, "--no-isolate", "--result-file", str(result_file)]
+        child[child.index(argv[1])] = name  # the one property, also when asked for all
+        done = run_child(child, capture_stderr=True)
+        status = done.returncode
+        if status >= 0 and result_file.exists():
+            return from_json(json.loads(result_file.read_text()))[0]
+    return _crash_result(name, status, done.stderr or "")
+
+
+def _crash_result(name: str, status: int, err: str) -> PropertyResult:
+    what = (
+        f"died by signal {signal_name(status)}" if status < 0 else f"exited {status} with no result"
+    )
+    last = [line.strip() for line in err.splitlines() if line.strip()][-1:]
+    said = f"; its last line on stderr: {last[0][:300]}" if last else ""
+    message = f"crash: the check's process {what}{said}"
+    return PropertyResult(name, 0, 0.0, [property_finding(name, TARGET_BUG, message)])
+
+
+def properties_check(run: CertifyRun) -> CheckResult:
+    """Every property as one check of certify's table (``verification.certify.checks``)."""
+    examples = max(5, (run.config.examples or 25) // 10)
+    # The issue's 10,000 cycles are for the GPU, whose caching allocator absorbs a small leak
+    # for a while; the simulator's allocator shows any per-cycle leak in 1,000.
+    long_run = (run.config.examples or 0) >= 2000
+    cycles = (10_000 if run.device == "cuda" else 1_000) if long_run else DEFAULT_CYCLES
+    # A target that is a module of its name is imported by the children, one per property, so
+    # that a crash ends a child, not certify; one built in this process runs here.
+    by_name = sys.modules.get(run.target.name) is run.target.module
+    if run.device == "cuda" and by_name:
+        argv = ["check", "all", "--target", run.target.name, "--device", "cuda"]
+        argv += [
+            "--examples",
+            str(examples),
+            "--cycles",
+            str(cycles),
+            "--seed",
+            str(run.config.seed),
+        ]
+        if run.config.contract:
+            argv += ["--contract", str(run.config.contract)]
+        results = [run_in_child(name, argv) for name in PROPERTIES]
+    elif run.device == "sim":
+        # Each check in a process of its own on the simulator too: a fork of this one.
+        results = run_forked(
+            list(PROPERTIES),
+            run.target,
+            run.device,
+            examples,
+            run.config.seed,
+            cycles,
+            forked_jobs(len(PROPERTIES)),
+        )
+    else:
+        results = run_properties("all", run.target, run.device, examples, run.config.seed, cycles)
+    findings = [f for r in results for f in r.findings]
+    run.progress(sum(r.examples for r in results))
+    return CheckResult(
+        "properties",
+        sum(r.examples for r in results),
+        sum(r.elapsed_s for r in results),
+        findings,
+        {"property examples": {r.prop: r.examples for r in results}},
+    )

@@ -1,0 +1,108 @@
+"""``python -m verification check PROPERTY|all ...``: runs property checks against a target.
+
+Exit status as ``fuzz``: 0 when no finding fails the target (``memory-held`` and
+``known-unsafe`` findings are printed but do not fail), 1 when one does (its reproducer is
+printed and, with ``--report DIR``, written), 2 for a usage error. Each property runs in a
+child process of its own (``--isolate``: always on ``cuda``, on the simulator, as a fork,
+whenever more than one is run), so no check sees another's leftovers and a check that aborts
+the process becomes a ``crash`` finding naming the signal; in one process (``--no-isolate``)
+the checks after one that left the target unusable are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from verification.certify.property_check import (
+    DEFAULT_CYCLES,
+    forked_jobs,
+    names,
+    run_forked,
+    run_in_child,
+    run_properties,
+    to_json,
+)
+from verification.commands.options import at_least, print_finding, writable_dir
+from verification.contracts import CONTRACTS
+from verification.devices import DEVICE_CHOICES, resolve_device
+from verification.properties import PROPERTIES
+from verification.properties.reproduce import render, write
+from verification.targets import DEFAULT_TARGET, load_target
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Registers ``check`` on the CLI's subparsers."""
+    check = commands.add_parser("check", help="run property checks against a target")
+    check.add_argument("property", choices=(*PROPERTIES, "all"), metavar="PROPERTY|all")
+    check.add_argument("--target", default=DEFAULT_TARGET, help="importable module under test")
+    check.add_argument("--contract", help=f"break contract ({', '.join(CONTRACTS)})")
+    check.add_argument("--device", default="auto", choices=DEVICE_CHOICES)
+    check.add_argument("--examples", type=at_least(1), default=25, help="hypothesis budget")
+    check.add_argument("--seed", type=at_least(0), default=0)
+    check.add_argument(
+        "--cycles",
+        type=at_least(4),
+        default=DEFAULT_CYCLES,
+        help="repetition cycles (10000: thorough)",
+    )
+    check.add_argument("--report", type=Path, help="directory for reproducer scripts")
+    check.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None)
+    check.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    kind = resolve_device(args.device)
+    target = load_target(args.target, args.contract)
+    writable_dir(args.report, "--report")
+    chosen = names(args.property)
+    # Each check in a process of its own, on both devices, when more than one is run: none
+    # sees another's leftovers. One at a time on a GPU, whose memory figures a neighbour moves.
+    isolate = args.isolate if args.isolate is not None else kind == "cuda" or len(chosen) > 1
+    if isolate and kind == "cuda":
+        results = [run_in_child(name, argv) for name in chosen]
+    elif isolate:
+        jobs = forked_jobs(len(chosen))
+        results = run_forked(chosen, target, kind, args.examples, args.seed, args.cycles, jobs)
+    else:
+        results = run_properties(args.property, target, kind, args.examples, args.seed, args.cycles)
+    if args.result_file is not None:
+        args.result_file.write_text(json.dumps(to_json(results)))
+        return 1 if any(r.failed for r in results) else 0
+    command = " ".join(["python -m verification", *argv])
+    number = 0
+    for result in results:
+        for finding in result.findings:
+            text = render(finding, target, kind, command) if finding.fails else None
+            print_finding(finding.summary(), text)
+            if text is not None:
+                if args.report is not None:
+                    print(f"reproducer written to {write(args.report, number, finding, text)}")
+                    number += 1
+        if result.not_applicable is not None:
+            print(f"check {result.prop}: not applicable, {result.not_applicable}")
+            continue
+        if result.skipped is not None:
+            print(f"check {result.prop}: skipped: {result.skipped}")
+            continue
+        verdict = "FAIL" if result.failed else "pass"
+        print(
+            f"check {result.prop}: {verdict}, {result.examples} examples, {result.elapsed_s:.1f} s"
+        )
+    failed = [r.prop for r in results if r.failed]
+    checked = [r for r in results if r.not_applicable is None and r.skipped is None]
+    skipped = [r.prop for r in results if r.skipped is not None]
+    print(
+        f"check: {len(checked) - len(failed)} of {len(checked)} properties hold, device={kind}, "
+        f"target={target.name}"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+        + (
+            f"; not applicable: {len(results) - len(checked) - len(skipped)}"
+            if len(checked) + len(skipped) < len(results)
+            else ""
+        )
+        + (f"; skipped: {', '.join(skipped)}" if skipped else "")
+    )
+    return 1 if failed else 0

@@ -1,0 +1,49 @@
+"""``python -m verification fuzz``: differential fuzzing of a target, replay against eager.
+
+Exit 0: nothing found; 1: a finding, printed with its reproducer (and written under
+``--report DIR``); 2: bad input. On ``cuda`` the campaign runs in a child process
+(``--isolate``), so a crash of the target becomes a finding naming the signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from verification.commands.options import add_common, campaign_config, print_findings, writable_dir
+from verification.devices import resolve_device
+from verification.errors import EXIT_FOUND, EXIT_OK
+from verification.fuzz import run_campaign, run_isolated
+from verification.targets import load_target
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    fuzz = commands.add_parser("fuzz", help="differential fuzzing of a target")
+    add_common(fuzz, defaults=True)
+    fuzz.add_argument("--report", type=Path, help="directory for reproducer scripts")
+    fuzz.add_argument(
+        "--isolate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run in a child process so that a crash becomes a finding (default: on for cuda)",
+    )
+    fuzz.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    kind = resolve_device(args.device)
+    target = load_target(args.target, args.contract)
+    writable_dir(args.report, "--report")
+    config = campaign_config(args, target, args.report)
+    isolate = args.isolate if args.isolate is not None else kind == "cuda"
+    if isolate:
+        status, crashed = run_isolated(list(argv), config)
+        if crashed is not None:
+            print_findings(crashed)
+            print(crashed.summary_line())
+        return status
+    result = run_campaign(config)
+    print_findings(result)
+    print(result.summary_line())
+    return EXIT_FOUND if result.findings else EXIT_OK

@@ -1,0 +1,608 @@
+"""Copies of the library, each with one planted bug that only a property check can see.
+
+:func:`build` loads a private copy of ``breakable_cudagraph`` (its own modules, its own
+thread state) and plants one bug of :data:`BUGS` into it, so every other behaviour is the
+library's own. ``strong_arguments`` is not a bug: it holds every break argument strongly,
+as ``lambda: fn(*args)`` would, and (as vLLM) does not declare it releases them; the memory
+property must report it as memory held, never as a failure. The same holding under the
+library's declaration, ``arguments_held_despite_declaring``, is a bug.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import torch
+
+import breakable_cudagraph
+
+# Closures the ``closures_kept_forever`` copy never lets go of.
+KEPT: list[Any] = []
+
+
+def _copy(tag: str) -> ModuleType:
+    name = f"_bcg_planted_{tag}"
+    if name in sys.modules:
+        return sys.modules[name]
+    root = Path(breakable_cudagraph.__file__).parent
+    spec = importlib.util.spec_from_file_location(
+        name, root / "__init__.py", submodule_search_locations=[str(root)]
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _global_active_capture(lib: ModuleType) -> None:
+    lib.thread_state._state = SimpleNamespace()  # one slot for the whole process
+
+
+def _state_left_active(lib: ModuleType) -> None:
+    cls = lib.BreakableCUDAGraphCapture
+    abort = cls._abort
+
+    def _abort(self: Any, exc: BaseException) -> None:
+        abort(self, exc)
+        lib.thread_state.set_active_capture(self)
+
+    cls._abort = _abort
+
+
+def _private_pool_per_segment(lib: ModuleType) -> None:
+    def _begin_graph(self: Any) -> None:
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(
+            pool=torch.cuda.graph_pool_handle(), capture_error_mode=self.capture_error_mode
+        )
+        self._open_graph = graph
+
+    lib.BreakableCUDAGraphCapture._begin_graph = _begin_graph
+
+
+def _closures_kept_forever(lib: ModuleType) -> None:
+    cls = lib.BreakableCUDAGraphCapture
+    record = cls._record_step
+
+    def _record_step(self: Any, *args: Any) -> None:
+        record(self, *args)
+        step = self._segments[-1]
+        KEPT.append((step.call, step.static_result))
+
+    cls._record_step = _record_step
+
+
+def _nested_capture_let_through(lib: ModuleType) -> None:
+    cls = lib.BreakableCUDAGraphCapture
+    enter = cls.__enter__
+
+    def __enter__(self: Any) -> Any:
+        outer = lib.thread_state.active_capture()
+        lib.thread_state.set_active_capture(None)  # the nesting check sees nothing open
+        try:
+            return enter(self)
+        except BaseException:
+            lib.thread_state.set_active_capture(outer)
+            raise
+
+    cls.__enter__ = __enter__
+
+
+def _nested_capture_begun(lib: ModuleType) -> None:
+    # Only the thread's own nesting check: a capture opened inside a capture (not in an eager
+    # step) goes on to capture_begin on the stream already capturing, which torch refuses.
+    cls = lib.BreakableCUDAGraphCapture
+    enter = cls.__enter__
+
+    def __enter__(self: Any) -> Any:
+        outer = lib.thread_state.active_capture()
+        if outer is not None and not lib.thread_state.in_eager_step():
+            lib.thread_state.set_active_capture(None)
+            real = torch.cuda.is_current_stream_capturing
+            torch.cuda.is_current_stream_capturing = lambda: False  # type: ignore[assignment]
+            try:
+                return enter(self)
+            except BaseException:
+                lib.thread_state.set_active_capture(outer)
+                raise
+            finally:
+                torch.cuda.is_current_stream_capturing = real  # type: ignore[assignment]
+        return enter(self)
+
+    cls.__enter__ = __enter__
+
+
+def _collector_not_paused(lib: ModuleType) -> None:
+    lib.collector.pause = lambda: None
+    lib.collector.resume = lambda: None
+
+
+def _collector_never_resumed(lib: ModuleType) -> None:
+    lib.collector.resume = lambda: None
+
+
+def _no_abort_when_capture_end_raises(lib: ModuleType) -> None:
+    # As if __exit__ let an exception from the last segment's capture_end out without
+    # aborting: the stream context, the active capture and the collector pause stay.
+    cls = lib.BreakableCUDAGraphCapture
+    exit_ = cls.__exit__
+
+    def __exit__(self: Any, exc_type: Any, exc: Any, tb: Any) -> Any:
+        if exc is not None:
+            return exit_(self, exc_type, exc, tb)
+        self._abort = lambda error: None
+        try:
+            return exit_(self, exc_type, exc, tb)
+        finally:
+            del self._abort
+
+    cls.__exit__ = __exit__
+
+
+def _nested_break_recorded_twice(lib: ModuleType) -> None:
+    def eager_break_during_capture(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def eager_break(*args: Any, **kwargs: Any) -> Any:
+            capture = lib.thread_state.active_capture()
+            if capture is None:
+                return fn(*args, **kwargs)
+            if lib.thread_state.in_eager_step():
+                result = fn(*args, **kwargs)
+                call = functools.partial(fn, *args, **kwargs)
+                capture._segments.append(lib.segments.EagerStep(fn.__name__, call, None))
+                return result
+            return capture.add_eager_call(fn, args, kwargs)
+
+        return eager_break
+
+    lib.eager_break_during_capture = eager_break_during_capture
+
+
+def _unordered_side_stream(lib: ModuleType) -> None:
+    init = lib.segments.EagerStep.__init__
+
+    def __init__(self: Any, name: str, call: Callable[[], Any], static_result: Any) -> None:
+        def on_side_stream() -> Any:
+            side = torch.cuda.Stream()  # never waits for the caller, nor the caller for it
+            with torch.cuda.stream(side):
+                return call()
+
+        init(self, name, on_side_stream, static_result)  # what every replay runs
+
+    lib.segments.EagerStep.__init__ = __init__
+
+
+def _strong_arguments(lib: ModuleType) -> None:
+    lib.arguments._construct_storage = None  # every tensor argument held by reference
+    lib.RELEASES_BREAK_ARGUMENTS = False  # and no promise otherwise, as vLLM
+
+
+def _arguments_held_despite_declaring(lib: ModuleType) -> None:
+    lib.arguments._construct_storage = None  # the declaration stays
+
+
+def _dataclass_arguments_held(lib: ModuleType) -> None:
+    trees = lib.trees
+    trees._CONTAINERS = tuple(
+        c for c in trees._CONTAINERS if c[0] is not trees._is_dataclass_instance
+    )
+
+
+def _every_object_opened_as_a_dataclass(lib: ModuleType) -> None:
+    trees = lib.trees
+    trees._CONTAINERS = tuple(
+        (lambda tree: not isinstance(tree, type), *rest)
+        if is_container is trees._is_dataclass_instance
+        else (is_container, *rest)
+        for is_container, *rest in trees._CONTAINERS
+    )
+
+
+def _list_arguments_held(lib: ModuleType) -> None:
+    children, _ = lib.trees._EXACT[list]
+    lib.trees._EXACT[list] = (children, lambda tree, items: tree)  # the list as given
+
+
+def _capture_end_warnings_swallowed(lib: ModuleType) -> None:
+    end_graph = lib.segments.end_graph
+
+    def swallowing(graph: Any) -> bool:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return end_graph(graph)
+
+    lib.capture.end_graph = swallowing
+
+
+def _is_active_on_instances_only(lib: ModuleType) -> None:
+    def is_active(self: Any) -> bool:
+        return lib.thread_state.active_capture() is not None
+
+    lib.BreakableCUDAGraphCapture.is_active = is_active
+
+
+def _runner_stale_inputs(lib: ModuleType) -> None:
+    lib.runner.BreakableGraphRunner._copy_inputs = staticmethod(lambda entry, inputs: None)
+
+
+def _runner_recaptures(lib: ModuleType) -> None:
+    lib.runner.input_signature = lambda tree: object()  # no two calls share a signature
+
+
+def _runner_ignores_pool(lib: ModuleType) -> None:
+    cls = lib.runner.BreakableGraphRunner
+    init = cls.__init__
+
+    def __init__(self: Any, fn: Any, **options: Any) -> None:
+        init(self, fn, **options)
+        self.pool = torch.cuda.graph_pool_handle()
+
+    cls.__init__ = __init__
+
+
+def _runner_eager_results_stale(lib: ModuleType) -> None:
+    lib.runner.copy_result_back = lambda name, static, fresh: None
+
+
+def _runner_debug_blind(lib: ModuleType) -> None:
+    lib.runner.BreakableGraphRunner._check_addresses = staticmethod(lambda entry: None)
+
+
+def _runner_leaves_its_stream(lib: ModuleType) -> None:
+    cls = lib.runner.BreakableGraphRunner
+    call = cls.__call__
+
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = call(self, *args, **kwargs)
+        torch.cuda.set_stream(torch.cuda.Stream())
+        return result
+
+    cls.__call__ = __call__
+
+
+def _edited(module: str, old: str, new: str) -> Callable[[ModuleType], None]:
+    """A plant that rewrites ``old`` (found once) as ``new`` in the copy's ``module``, as a
+    mutant does: these bugs sit in a signature or a condition, which a patch could only
+    imitate by rewriting the whole function."""
+
+    def plant(lib: ModuleType) -> None:
+        namespace = vars(getattr(lib, module))
+        path = Path(namespace["__file__"])
+        source = path.read_text()
+        if source.count(old) != 1:
+            raise ValueError(f"{path} no longer holds {old!r} once; update the planted bug")
+        before = dict(namespace)
+        # Functions already bound elsewhere look their globals up in this same namespace.
+        exec(compile(source.replace(old, new), str(path), "exec"), namespace)
+        # Names the package and its other modules imported from this one (the decorator, the
+        # runner, end_graph) are rebound to the rewritten objects.
+        own = lib.__name__ + "."
+        modules = [lib] + [
+            m
+            for m in vars(lib).values()
+            if isinstance(m, ModuleType) and m.__name__.startswith(own)
+        ]
+        for other in modules:
+            for name, value in list(vars(other).items()):
+                if name in namespace and before.get(name) is value is not namespace[name]:
+                    setattr(other, name, namespace[name])
+
+    return plant
+
+
+_runner_edited = functools.partial(_edited, "runner")
+
+
+def _runner_default_warmup_not_as_declared(lib: ModuleType) -> None:
+    cls = lib.runner.BreakableGraphRunner
+    init = cls.__init__
+
+    @functools.wraps(init)  # so the signature still declares warmup=1
+    def __init__(self: Any, *args: Any, warmup: int = 2, **options: Any) -> None:
+        init(self, *args, warmup=warmup, **options)
+
+    cls.__init__ = __init__
+
+
+def _runner_refusal_leaves_its_stream(lib: ModuleType) -> None:
+    cls = lib.runner.BreakableGraphRunner
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        caller = torch.cuda.current_stream()
+        torch.cuda.set_stream(torch.cuda.Stream())  # given back only when init returns
+        init(self, *args, **kwargs)
+        torch.cuda.set_stream(caller)
+
+    cls.__init__ = __init__
+
+
+def _runner_refusal_leaves_a_capture_active(lib: ModuleType) -> None:
+    cls = lib.runner.BreakableGraphRunner
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        # Opens its first capture before checking its arguments; closed only when init returns.
+        lib.thread_state.set_active_capture(lib.BreakableCUDAGraphCapture())
+        init(self, *args, **kwargs)
+        lib.thread_state.set_active_capture(None)
+
+    cls.__init__ = __init__
+
+
+# name -> (what it plants, the property that must find it, how to plant it)
+BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
+    "global_active_capture": (
+        "a process-global active capture instead of a per-thread one",
+        "threads",
+        _global_active_capture,
+    ),
+    "add_eager_from_any_thread": (
+        "add_eager on an open capture is taken from any thread, not only the capturing one",
+        "threads",
+        _edited(
+            "capture",
+            "if thread_state.active_capture() is not self or self._state not in _OPEN:",
+            "if thread_state.active_capture() is not self and self._state not in _OPEN:",
+        ),
+    ),
+    "state_left_active": (
+        "the active capture left set after an exception",
+        "faults",
+        _state_left_active,
+    ),
+    "private_pool_per_segment": ("a private pool per segment", "pool", _private_pool_per_segment),
+    "closures_kept_forever": (
+        "every eager closure kept alive forever",
+        "pool",
+        _closures_kept_forever,
+    ),
+    "nested_capture_let_through": (
+        "a nested capture let through",
+        "nested",
+        _nested_capture_let_through,
+    ),
+    "nested_capture_begun": (
+        "a nested capture refused only by torch's capture_begin (a process abort on a GPU)",
+        "nested",
+        _nested_capture_begun,
+    ),
+    "nested_break_recorded_twice": (
+        "a decorated call inside an eager step records a second break",
+        "nested",
+        _nested_break_recorded_twice,
+    ),
+    "decorator_without_wraps": (
+        "the break decorator returns a wrapper without functools.wraps",
+        "nested",
+        _edited("breaks", "    @functools.wraps(fn)\n", ""),
+    ),
+    "unordered_side_stream": (
+        "eager steps run on a stream the caller's stream never waits for",
+        "stream-order",
+        _unordered_side_stream,
+    ),
+    "arguments_held_despite_declaring": (
+        "break arguments held strongly by a target that declares it releases them",
+        "pool",
+        _arguments_held_despite_declaring,
+    ),
+    "dataclass_arguments_held": (
+        "tensors in a dataclass argument held strongly (the dataclass is not opened)",
+        "pool",
+        _dataclass_arguments_held,
+    ),
+    "every_object_opened_as_a_dataclass": (
+        "any object in a break's arguments is taken for a dataclass (a dtype, say)",
+        "pool",
+        _every_object_opened_as_a_dataclass,
+    ),
+    "list_arguments_held": (
+        "a list argument held as given, its tensors strongly",
+        "pool",
+        _list_arguments_held,
+    ),
+    "view_bits_dropped": (
+        "conjugate and negative views are aliased like plain tensors, losing their bit at replay",
+        "pool",
+        _edited("arguments", "        or tensor.is_conj()\n        or tensor.is_neg()\n", ""),
+    ),
+    "subclass_aliased": (
+        "tensor subclass instances are aliased like plain tensors, losing their Python type",
+        "pool",
+        _edited("arguments", "        or type(tensor) is not torch.Tensor\n", ""),
+    ),
+    "dict_subclass_rebuilt_plain": (
+        "a dict subclass argument (ModelOutput-like) is rebuilt as a plain dict for replay",
+        "pool",
+        _edited("trees", "    if type(tree) is dict:\n", "    if isinstance(tree, dict):\n"),
+    ),
+    "capture_end_warnings_swallowed": (
+        "every warning capture_end raises is swallowed, not only the empty-graph one",
+        "faults",
+        _capture_end_warnings_swallowed,
+    ),
+    "any_capture_end_warning_means_empty": (
+        "a graph whose capture_end warned of anything is taken for an empty one and dropped",
+        "faults",
+        _edited(
+            "segments",
+            "    empty = any(_EMPTY_GRAPH_WARNING in str(w.message) for w in caught)\n",
+            "    empty = True\n",
+        ),
+    ),
+    "caught_break_error_forgotten": (
+        "a break's exception caught inside the block is forgotten: the capture closes cut short",
+        "faults",
+        _edited("capture", "            self._eager_step_error = exc\n", "            pass\n"),
+    ),
+    "break_error_wrapped": (
+        "an exception a break raises at capture reaches its caller wrapped in another",
+        "faults",
+        _edited(
+            "capture",
+            "            self._eager_step_error = exc\n            raise\n",
+            "            self._eager_step_error = exc\n"
+            "            raise RuntimeError('eager step failed') from exc\n",
+        ),
+    ),
+    "collector_not_paused": (
+        "the cyclic collector stays on while a capture is open",
+        "faults",
+        _collector_not_paused,
+    ),
+    "collector_never_resumed": (
+        "the cyclic collector is left off after a capture closes",
+        "faults",
+        _collector_never_resumed,
+    ),
+    "no_abort_when_capture_end_raises": (
+        "an exception from the last segment's capture_end leaves the capture open",
+        "faults",
+        _no_abort_when_capture_end_raises,
+    ),
+    "is_active_on_instances_only": (
+        "is_active() is an instance method, so the class cannot answer it",
+        "faults",
+        _is_active_on_instances_only,
+    ),
+    "runner_stale_inputs": (
+        "the runner does not copy new inputs into its static buffers",
+        "runner",
+        _runner_stale_inputs,
+    ),
+    "runner_recaptures": ("the runner captures again on every call", "runner", _runner_recaptures),
+    "runner_ignores_pool": (
+        "the runner ignores the pool it is given",
+        "runner",
+        _runner_ignores_pool,
+    ),
+    "runner_eager_results_stale": (
+        "with graphs disabled the runner returns its first call's results",
+        "runner",
+        _runner_eager_results_stale,
+    ),
+    "runner_debug_blind": (
+        "debug=True never reports a moved static buffer",
+        "runner",
+        _runner_debug_blind,
+    ),
+    "runner_leaves_its_stream": (
+        "the runner leaves another stream current after a call",
+        "runner",
+        _runner_leaves_its_stream,
+    ),
+    "runner_fn_positional_only": (
+        "the runner's fn is positional-only, so fn=... is refused",
+        "runner",
+        _runner_edited("        *,\n", "        /,\n        *,\n"),
+    ),
+    "runner_options_by_position": (
+        "the runner accepts its options by position",
+        "runner",
+        _runner_edited("        *,\n", ""),
+    ),
+    "runner_refuses_no_warmup": (
+        "the runner refuses warmup=0",
+        "runner",
+        _runner_edited("warmup < 0", "warmup < 1"),
+    ),
+    "runner_warms_up_at_least_once": (
+        "the runner warms up once even with warmup=0",
+        "runner",
+        _runner_edited("range(self.warmup)", "range(max(self.warmup, 1))"),
+    ),
+    "runner_no_replay_without_warmup": (
+        "with warmup=0 the runner returns a new signature's outputs unreplayed, never computed",
+        "runner",
+        _runner_edited("if not eager:", "if not eager and self.warmup:"),
+    ),
+    "runner_warms_up_at_most_once": (
+        "the runner warms up once whatever warmup asks",
+        "runner",
+        _runner_edited("range(self.warmup)", "range(min(self.warmup, 1))"),
+    ),
+    "runner_no_default_warmup": (
+        "the runner's default warmup is 0: a first run happens inside the capture",
+        "runner",
+        _runner_edited("warmup: int = 1", "warmup: int = 0"),
+    ),
+    "runner_default_warmup_not_as_declared": (
+        "the runner declares a default warmup of 1 but warms up twice",
+        "runner",
+        _runner_default_warmup_not_as_declared,
+    ),
+    "runner_accepts_negative_warmup": (
+        "the runner accepts warmup=-1",
+        "runner",
+        _runner_edited("warmup < 0", "warmup < -1"),
+    ),
+    "runner_negative_warmup_type_error": (
+        "the runner refuses warmup=-1 with a TypeError, not a ValueError",
+        "runner",
+        _runner_edited('raise ValueError(f"warmup', 'raise TypeError(f"warmup'),
+    ),
+    "runner_accepts_bool_warmup": (
+        "the runner accepts warmup=True",
+        "runner",
+        _runner_edited("isinstance(warmup, bool) or ", ""),
+    ),
+    "runner_accepts_float_warmup": (
+        "the runner accepts warmup=1.5 (and fails only at its first call)",
+        "runner",
+        _runner_edited("not isinstance(warmup, int) or ", ""),
+    ),
+    "runner_warmup_error_unnamed": (
+        "the runner's error for a bad warmup does not name warmup",
+        "runner",
+        _runner_edited('"warmup must be an int', '"expected an int'),
+    ),
+    "runner_accepts_uncallable": (
+        "the runner accepts a fn that is not callable (and fails only at its first call)",
+        "runner",
+        _runner_edited("if not callable(fn):", "if fn is None:"),
+    ),
+    "runner_refusal_leaves_its_stream": (
+        "a runner refusing its arguments leaves its own stream current",
+        "runner",
+        _runner_refusal_leaves_its_stream,
+    ),
+    "runner_refusal_leaves_a_capture_active": (
+        "a runner refusing its arguments leaves a capture active in the thread",
+        "runner",
+        _runner_refusal_leaves_a_capture_active,
+    ),
+}
+NOT_BUGS: dict[str, Callable[[ModuleType], None]] = {"strong_arguments": _strong_arguments}
+
+
+def build(variant: str | None = None) -> SimpleNamespace:
+    """The library copy with ``variant`` planted (``None``: an unmodified copy)."""
+    plants = {name: plant for name, (_, _, plant) in BUGS.items()} | NOT_BUGS
+    if variant is not None and variant not in plants:
+        raise ValueError(f"unknown variant {variant!r}; choose one of {', '.join(plants)}")
+    lib = _copy(variant or "clean")
+    if variant is not None and not getattr(lib, "_planted", False):
+        plants[variant](lib)
+        lib._planted = True
+    return SimpleNamespace(
+        __name__=f"planted-property[{variant or 'clean'}]",
+        BreakableCUDAGraphCapture=lib.BreakableCUDAGraphCapture,
+        eager_break_during_capture=lib.eager_break_during_capture,
+        BreakableGraphRunner=lib.BreakableGraphRunner,
+        BREAK_CONTRACT="returns",
+        RELEASES_BREAK_ARGUMENTS=lib.RELEASES_BREAK_ARGUMENTS,
+        REPRODUCER_IMPORT=(
+            f"from verification.planted.property_targets import build\ntarget = build({variant!r})"
+        ),
+    )

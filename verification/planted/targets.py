@@ -1,0 +1,187 @@
+"""A minimal breakable capture written against torch.cuda, with bugs that can be switched on.
+
+:func:`build` returns a target object (the harness's target API) whose capture keeps a
+list of segments: one ``torch.cuda.CUDAGraph`` per stretch of captured work, all sharing
+one pool, and an eager record per break. With no bug it is correct; each name in
+:data:`BUGS` plants one defect the fuzzer must find.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace, TracebackType
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+BUGS: dict[str, str] = {
+    "eager_not_recorded": "a break runs at capture but is not kept for replay",
+    "eager_run_twice": "each break runs twice at replay",
+    "eager_reordered": "breaks replay in reverse order",
+    "args_frozen": "a break replays on clones of its capture-time arguments",
+    "kwargs_lost": "a break replays without its keyword arguments",
+    "last_segment_dropped": "the graph after the last break is never replayed",
+    "segment_after_break_skipped": "the graph right after the first break is not replayed",
+    "output_not_copied_back": "a tensor returned by a break is not refreshed at replay",
+    "nested_break_recorded_twice": "a break called inside a break is recorded on its own too",
+    "eager_only_first_replay": "breaks run only on the first replay",
+    "first_segment_dropped": "the graph before the first break is never replayed",
+    "graphs_reversed": "graph segments replay in reverse order",
+}
+
+
+@dataclass
+class _Eager:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    result: Any
+
+
+class _Capture:
+    """The capture; ``bugs`` is set per planted variant by :func:`build`."""
+
+    bugs: frozenset[str] = frozenset()
+
+    def __init__(self, pool: Any = None, *, stream: Any = None) -> None:
+        self.pool = torch.cuda.graph_pool_handle() if pool is None else pool
+        self.stream = stream
+        self.segments: list[Any] = []
+        self.replays = 0
+        self._context: Any = None
+
+    def _begin(self) -> None:
+        # capture_begin on the caller's (non-default) stream: torch.cuda.graph would also
+        # run gc.collect per segment, which dominates the fuzzer's time.
+        graph = torch.cuda.CUDAGraph()
+        self.segments.append(graph)
+        graph.capture_begin(pool=self.pool)
+        self._context = graph
+
+    def _end(self) -> None:
+        graph, self._context = self._context, None
+        graph.capture_end()
+
+    def __enter__(self) -> _Capture:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("nested capture: the current stream is already capturing")
+        _ACTIVE.append(self)
+        try:
+            self._begin()
+        except BaseException:
+            # Left in _ACTIVE, a capture whose begin failed (a nested one, on a GPU) would be
+            # the "current" capture of every later test in the process, and its graph would
+            # live until the interpreter exits.
+            _ACTIVE.remove(self)
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _ACTIVE.remove(self)
+        if self._context is not None:
+            self._end()
+
+    def add_eager(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self._end()
+        result = fn(*args, **kwargs)
+        kept_args = (
+            tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+            if "args_frozen" in self.bugs
+            else args
+        )
+        kept_kwargs = {} if "kwargs_lost" in self.bugs else kwargs
+        if "eager_not_recorded" not in self.bugs:
+            self.segments.append(_Eager(fn, kept_args, kept_kwargs, result))
+        self._begin()
+        return result
+
+    def _schedule(self) -> list[Any]:
+        segments = list(self.segments)
+        graphs = [i for i, s in enumerate(segments) if not isinstance(s, _Eager)]
+        eagers = [i for i, s in enumerate(segments) if isinstance(s, _Eager)]
+        if "eager_reordered" in self.bugs:
+            for i, j in zip(eagers, reversed(eagers)):
+                segments[i] = self.segments[j]
+        if "graphs_reversed" in self.bugs:
+            for i, j in zip(graphs, reversed(graphs)):
+                segments[i] = self.segments[j]
+        skipped: set[int] = set()
+        if "last_segment_dropped" in self.bugs and eagers:
+            skipped.add(graphs[-1])
+        if "first_segment_dropped" in self.bugs and eagers:
+            skipped.add(graphs[0])
+        if "segment_after_break_skipped" in self.bugs and eagers:
+            skipped.add(eagers[0] + 1)
+        return [s for i, s in enumerate(segments) if i not in skipped]
+
+    def _run_eager(self, eager: _Eager) -> None:
+        if "eager_only_first_replay" in self.bugs and self.replays > 0:
+            return
+        for _ in range(2 if "eager_run_twice" in self.bugs else 1):
+            result = eager.fn(*eager.args, **eager.kwargs)
+            if "output_not_copied_back" in self.bugs:
+                continue
+            # Tensors returned (also inside lists and dicts) land in the capture-time ones.
+            fresh, _ = tree_flatten(result)
+            kept, _ = tree_flatten(eager.result)
+            for new, old in zip(fresh, kept):
+                if isinstance(old, torch.Tensor):
+                    old.copy_(new)
+
+    def replay(self) -> None:
+        for segment in self._schedule():
+            if isinstance(segment, _Eager):
+                self._run_eager(segment)
+            else:
+                segment.replay()
+        self.replays += 1
+
+    @staticmethod
+    def current() -> _Capture | None:
+        return _ACTIVE[-1] if _ACTIVE else None
+
+
+_ACTIVE: list[_Capture] = []
+_IN_BREAK: list[bool] = []
+
+
+def _decorator(bugs: frozenset[str]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def eager_break_during_capture(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            capture = _Capture.current()
+            if capture is None:
+                return fn(*args, **kwargs)
+            if capture._context is None:
+                # Called inside another break, which replays it already.
+                if "nested_break_recorded_twice" in bugs:
+                    capture.segments.append(_Eager(fn, args, kwargs, None))
+                return fn(*args, **kwargs)
+            return capture.add_eager(fn, *args, **kwargs)
+
+        return wrapper
+
+    return eager_break_during_capture
+
+
+def build(bug: str | None = None) -> SimpleNamespace:
+    """A target with ``bug`` planted (``None``: the correct variant)."""
+    if bug is not None and bug not in BUGS:
+        raise ValueError(f"unknown planted bug {bug!r}; choose one of {', '.join(BUGS)}")
+    bugs = frozenset({bug} if bug else ())
+    return SimpleNamespace(
+        __name__=f"planted[{bug or 'clean'}]",
+        BreakableCUDAGraphCapture=type("BreakableCUDAGraphCapture", (_Capture,), {"bugs": bugs}),
+        eager_break_during_capture=_decorator(bugs),
+        REPRODUCER_IMPORT=f"from verification.planted.targets import build\ntarget = build({bug!r})",
+        # It copies each replay's result into the tensor the break returned at capture.
+        BREAK_CONTRACT="returns",
+    )

@@ -1,0 +1,202 @@
+"""A minimal implementation of vLLM's breakable-cudagraph contract, written from vLLM's
+documented behaviour, with bugs that can be switched on.
+
+What vLLM documents (``vllm/compilation/breakable_cudagraph.py``): a decorated function run
+inside an open capture segment ends the segment, runs eagerly, is recorded for replay and a
+new segment begins; outside a capture, or inside an eager step, it is a plain call. Replay
+runs the recorded graphs and eager calls in order and returns nothing: a break must write
+into caller-provided buffers (the ``out-buffer`` contract, which this module leaves
+undeclared so the harness's default applies). Like vLLM, an eager step holds its device
+tensor arguments by non-owning references (vLLM's ``weak_ref_tensors``), so a capture does
+not keep intermediates alive; the caller keeps its buffers alive. :func:`build` plants one of
+:data:`BUGS`, or holds the arguments strongly (``hold="strong"``, a plain
+``functools.partial``), which is correct but keeps memory alive.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from types import SimpleNamespace, TracebackType
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+from breakable_cudagraph import collector
+
+BUGS: dict[str, str] = {
+    "eager_before_graphs": "replay runs every eager step before every graph",
+    "args_copied_at_capture": "an eager step replays on copies of its arguments taken at capture",
+    "kwargs_dropped": "an eager step replays without its keyword arguments",
+    "eager_before_feeding_graph": "an eager step is recorded before the graph that feeds it",
+    "nested_call_crashes": "a decorated call inside a decorated call ends a closed segment",
+}
+
+_active = threading.local()
+
+
+def _weak_ref(value: Any) -> Any:
+    """A tensor over the same device memory that does not own it (vLLM's weak_ref_tensor).
+
+    Conjugate and negative views and tensor subclasses are kept as they are: a tensor rebuilt
+    from their memory would lose the bit or the subclass (the pool check's
+    ``arguments_as_given_problem``; vLLM's ``from_blob`` rebuild has not been checked for it)."""
+    if not isinstance(value, torch.Tensor) or not value.is_cuda:
+        return value
+    if value.is_conj() or value.is_neg() or type(value) is not torch.Tensor:
+        return value
+    storage = value.untyped_storage()
+    alias = torch._C._construct_storage_from_data_pointer(
+        storage.data_ptr(), value.device, storage.nbytes()
+    )
+    empty = torch.empty((), dtype=value.dtype, device=value.device)
+    return empty.set_(alias, value.storage_offset(), value.size(), value.stride())
+
+
+class _Capture:
+    """One breakable capture; ``bugs`` and ``hold`` are set per variant by :func:`build`."""
+
+    bugs: frozenset[str] = frozenset()
+    hold: str = "weak"
+
+    def __init__(self, pool: Any = None) -> None:
+        # One pool for every segment, so memory handed from segment to segment stays put.
+        self.pool = torch.cuda.graph_pool_handle() if pool is None else pool
+        self.segments: list[tuple[str, Callable[[], Any]]] = []
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._step_error: BaseException | None = None
+
+    @staticmethod
+    def current() -> _Capture | None:
+        return getattr(_active, "capture", None)
+
+    @property
+    def capturing(self) -> bool:
+        return self._graph is not None
+
+    def __enter__(self) -> _Capture:
+        if _Capture.current() is not None:
+            raise RuntimeError("a breakable capture is already open in this thread")
+        # The collector must not free an earlier graph mid-capture (the faults check); an
+        # engine may instead keep it off around all its captures. This stand-in borrows the
+        # library's counted pause rather than writing a second one.
+        collector.pause()
+        try:
+            self._open_segment()  # first: a capture_begin that raises leaves nothing active
+        except BaseException:
+            collector.resume()
+            raise
+        _active.capture = self
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self.capturing:
+                self._close_segment()
+            if exc is None and self._step_error is not None:
+                raise RuntimeError(
+                    "an eager step raised during capture and was caught inside the block; "
+                    "the capture is incomplete"
+                ) from self._step_error
+        finally:
+            _active.capture = None
+            collector.resume()
+
+    def _open_segment(self) -> None:
+        graph = torch.cuda.CUDAGraph()
+        # thread_local, as vLLM captures since vllm#46253: in global mode another
+        # thread's sync or allocation (NCCL's proxy threads) invalidates the capture.
+        graph.capture_begin(pool=self.pool, capture_error_mode="thread_local")
+        self._graph = graph
+
+    def _close_segment(self) -> None:
+        assert self._graph is not None, "no capture segment is open"
+        graph, self._graph = self._graph, None
+        graph.capture_end()
+        self.segments.append(("graph", graph.replay))
+
+    def add_eager(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Runs ``fn`` now, between two segments, and again at every replay; returns the
+        capture-time result, which replay does not refresh."""
+        if _Capture.current() is not self:
+            # vLLM leaves this to torch's capture_end, which checks the current stream; this
+            # stand-in forgets a segment before ending it, so it refuses up front.
+            raise RuntimeError("add_eager needs this capture open in this thread")
+        replay_args, replay_kwargs = args, kwargs
+        if "args_copied_at_capture" in self.bugs:
+            replay_args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        if "kwargs_dropped" in self.bugs:
+            replay_kwargs = {}
+        self._close_segment()
+        if self.hold == "weak":  # between segments: nothing of this lands in a graph
+            replay_args, replay_kwargs = tree_map(_weak_ref, (replay_args, replay_kwargs))
+        step = ("eager", functools.partial(fn, *replay_args, **replay_kwargs))
+        if "eager_before_feeding_graph" in self.bugs:
+            self.segments.insert(len(self.segments) - 1, step)
+        else:
+            self.segments.append(step)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as error:
+            # Capture stops here; a caller that catches this inside the block would get a
+            # capture cut short, so __exit__ refuses it (the faults check's caught break).
+            self._step_error = error
+            raise
+        self._open_segment()
+        return result
+
+    def replay(self) -> None:
+        order = self.segments
+        if "eager_before_graphs" in self.bugs:
+            order = sorted(order, key=lambda segment: segment[0] != "eager")
+        for _, run in order:
+            run()
+
+
+def _decorator(bugs: frozenset[str]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def eager_break_during_capture(fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Makes ``fn`` an eager break while a capture segment is open."""
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            capture = _Capture.current()
+            inline = capture is None or not capture.capturing
+            if inline and not (capture is not None and "nested_call_crashes" in bugs):
+                return fn(*args, **kwargs)
+            assert capture is not None
+            return capture.add_eager(fn, *args, **kwargs)
+
+        return wrapper
+
+    return eager_break_during_capture
+
+
+def build(bug: str | None = None, hold: str = "weak") -> SimpleNamespace:
+    """A target with ``bug`` planted (``None``: the correct variant), holding its eager
+    steps' arguments ``"weak"`` (as vLLM) or ``"strong"``."""
+    if bug is not None and bug not in BUGS:
+        raise ValueError(f"unknown planted bug {bug!r}; choose one of {', '.join(BUGS)}")
+    if hold not in ("weak", "strong"):
+        raise ValueError(f"hold must be 'weak' or 'strong', not {hold!r}")
+    bugs = frozenset({bug} if bug else ())
+    capture = type("BreakableCUDAGraphCapture", (_Capture,), {"bugs": bugs, "hold": hold})
+    return SimpleNamespace(
+        __name__=f"vllm_minimal[{bug or 'clean'}, {hold}]",
+        BreakableCUDAGraphCapture=capture,
+        eager_break_during_capture=_decorator(bugs),
+        REPRODUCER_IMPORT=(
+            f"from verification.planted.vllm_minimal import build\ntarget = build({bug!r}, hold={hold!r})"
+        ),
+    )
+
+
+# The clean variant as a module: ``--target verification.planted.vllm_minimal``.
+BreakableCUDAGraphCapture = _Capture
+eager_break_during_capture = _decorator(frozenset())

@@ -1,0 +1,1 @@
+"""The ``bcg`` pytest plugin: its hooks, fuzz sharding and one GPU per xdist worker."""

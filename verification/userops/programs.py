@@ -1,0 +1,390 @@
+"""Programs that run a user's break op 1 to 3 times at random break positions.
+
+:func:`user_ops` turns loaded specs into catalog :class:`OpSpec` records (the op called
+directly, and nested inside another break) whose source imports the user's module, so a
+reproducer runs the user's real code. :func:`op_programs` splices calls of them into the
+generator's random programs: captured (or eager) producers make each argument satisfy its
+declaration, captured catalog ops consume its outputs. :func:`break_positions` says where
+each call landed: ``first``, ``last``, ``adjacent``, ``nested`` or ``middle``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from hypothesis import strategies as st
+
+from verification.contracts import Contract
+from verification.ops.spec import OpSpec, Params, TensorMeta
+from verification.programs import Program, Step, default_ops, op_table, programs, with_drops
+from verification.userops.spec import (
+    Binding,
+    BreakOpSpec,
+    LoadedSpec,
+    TensorArg,
+    resolve_bound,
+    resolve_shape,
+)
+
+POSITIONS = ("first", "last", "adjacent", "nested", "middle")
+# make_inputs draws signed integers from [-8, 8): 16 distinct values before any producer.
+_RAW_INT_SPAN = 16
+
+
+def _same(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
+    return metas[0]
+
+
+# Producers: captured steps that turn a random static input into a value meeting the
+# argument's declaration. Generic over shapes; the bounds arrive as params.
+FIT_INT = OpSpec(
+    "opfit_int",
+    1,
+    _same,
+    "({0}.remainder({span}) + {low})",
+    run=lambda x, *, span, low: x.remainder(span) + low,
+)
+FIT_FLOAT = OpSpec(
+    "opfit_float",
+    1,
+    _same,
+    "{0}.clamp({low}, {high})",
+    run=lambda x, *, low, high: x.clamp(low, high),
+)
+FIT_COPY = OpSpec("opfit_copy", 1, _same, "{0}.clone()", run=lambda x: x.clone())
+
+
+def _fit_int_(x: torch.Tensor, *, span: int, low: int) -> None:
+    x.remainder_(span).add_(low)
+
+
+def _fit_float_(x: torch.Tensor, *, low: float | None, high: float | None) -> None:
+    x.clamp_(low, high)
+
+
+# The same fits in place and returning nothing: as eager breaks they keep every contract,
+# so a call can be the first thing in a capture even when its arguments need a fit.
+INPLACE = {"mutates": (0,), "aliasing": "inplace", "outputs": 0}
+FIT_INT_ = OpSpec(
+    "opfit_int_", 1, _same, "{0}.remainder_({span}).add_({low})", run=_fit_int_, **INPLACE
+)
+FIT_FLOAT_ = OpSpec(
+    "opfit_float_", 1, _same, "{0}.clamp_({low}, {high})", run=_fit_float_, **INPLACE
+)
+PRODUCERS = (FIT_INT, FIT_FLOAT, FIT_COPY, FIT_INT_, FIT_FLOAT_)
+
+
+@dataclass(frozen=True)
+class UserOp:
+    """A loaded spec and its two catalog forms: called directly, and nested in a break."""
+
+    loaded: LoadedSpec
+    direct: OpSpec
+    nested: OpSpec
+
+    @property
+    def spec(self) -> BreakOpSpec:
+        return self.loaded.spec
+
+
+def _unify(spec: BreakOpSpec, metas: Sequence[TensorMeta]) -> dict[str, int] | None:
+    """The dim sizes ``metas`` imply for ``spec``'s arguments, or None if they do not fit."""
+    if len(metas) != len(spec.args):
+        return None
+    binding: dict[str, int] = {}
+    by_name = dict(zip(spec.args, metas))
+    for arg, meta in zip(spec.args.values(), metas):
+        wanted = (by_name[arg.dtype].dtype,) if isinstance(arg.dtype, str) else arg.dtypes
+        if meta.dtype not in wanted or len(meta.shape) != len(arg.shape):
+            return None
+        for dim, size in zip(arg.shape, meta.shape):
+            if isinstance(dim, int):
+                if dim != size:
+                    return None
+            elif binding.setdefault(dim, size) != size:
+                return None
+    for dim, size in binding.items():
+        low, high = spec.dims[dim]
+        if not low <= size <= high:
+            return None
+    return binding
+
+
+def _infer_for(spec: BreakOpSpec):
+    def infer(metas: Sequence[TensorMeta], params: Params) -> Any:
+        binding = _unify(spec, metas)
+        if binding is None:
+            return None
+        if isinstance(spec.returns, TensorArg):
+            dtype = spec.returns.dtype
+            if isinstance(dtype, str):
+                dtype = metas[list(spec.args).index(dtype)].dtype
+            elif isinstance(dtype, tuple):
+                dtype = dtype[0]
+            return TensorMeta(resolve_shape(spec.returns, binding), dtype)
+        if isinstance(spec.returns, str):
+            return metas[list(spec.args).index(spec.returns)]
+        return True  # applies; produces no value
+
+    return infer
+
+
+def _identifier(name: str) -> str:
+    return re.sub(r"\W", "_", name)
+
+
+def _import_source(loaded: LoadedSpec) -> str:
+    lines = ["import sys", ""]
+    if loaded.path is not None:
+        # The directory the user's top-level package lives in, so a reproducer run from
+        # anywhere imports the same module.
+        root = str(Path(loaded.path).resolve().parents[loaded.module.count(".")])
+        lines += [f"if {root!r} not in sys.path:", f"    sys.path.insert(0, {root!r})", ""]
+    lines.append(f"from {loaded.module} import {loaded.attr} as _spec  # the op under test")
+    return "\n".join(lines) + "\n\n"
+
+
+def user_op(loaded: LoadedSpec) -> UserOp:
+    """The catalog forms of ``loaded``: break ops whose source imports the user's module."""
+    spec = loaded.spec
+    entry = _identifier(spec.op_name)
+    returns_value = spec.returns is not None
+    common: dict[str, Any] = {
+        "kind": "break",
+        "outputs": 1 if returns_value else 0,
+        "deterministic": spec.rtol == 0 and spec.atol == 0,
+        "rtol": spec.rtol,
+        "atol": spec.atol,
+        "params": lambda metas: st.fixed_dictionaries(dict(spec.params)),
+    }
+    if isinstance(spec.returns, str):
+        index = list(spec.args).index(spec.returns)
+        common |= {"aliasing": "out", "mutates": (index,)}
+    placeholders = ", ".join(f"{{{i}}}" for i in range(len(spec.args)))
+    kwargs = "".join(f", {k}={{{k}}}" for k in spec.params)
+    source = _import_source(loaded)
+    direct = OpSpec(
+        f"op:{spec.op_name}",
+        len(spec.args),
+        _infer_for(spec),
+        f"{entry}({placeholders}{kwargs})",
+        source=source + f"{entry} = eager_break_during_capture(_spec.call)\n",
+        entry=entry,
+        **common,
+    )
+    nested_entry = f"{entry}_nested"
+    nested = OpSpec(
+        f"op:{spec.op_name}:nested",
+        len(spec.args),
+        _infer_for(spec),
+        f"{nested_entry}({placeholders}{kwargs})",
+        source=source
+        + "_inner = eager_break_during_capture(_spec.call)\n\n\n"
+        + "@eager_break_during_capture\n"
+        + f"def {nested_entry}(*tensors, **params):\n"
+        + "    # the op called inside another eager break\n"
+        + "    return _inner(*tensors, **params)\n",
+        entry=nested_entry,
+        **common,
+    )
+    return UserOp(loaded, direct, nested)
+
+
+def draw_metas(draw: st.DrawFn, spec: BreakOpSpec, binding: Binding) -> list[TensorMeta]:
+    """Each argument's shape under ``binding`` and a dtype it may have."""
+    dtypes: dict[str, torch.dtype] = {}
+    for name, arg in spec.args.items():
+        shared = isinstance(arg.dtype, str)
+        dtypes[name] = dtypes[arg.dtype] if shared else draw(st.sampled_from(arg.dtypes))  # type: ignore[index]
+    return [TensorMeta(resolve_shape(a, binding), dtypes[n]) for n, a in spec.args.items()]
+
+
+def producer(
+    arg: TensorArg, binding: Binding, dtype: torch.dtype, inplace: bool = False
+) -> tuple[OpSpec, dict]:
+    """The step that makes a raw input satisfy ``arg``'s value bounds (a copy if unbounded);
+    ``inplace`` (bounded arguments only) fits the input itself and returns nothing."""
+    low, high = resolve_bound(arg.low, binding), resolve_bound(arg.high, binding)
+    if not arg.bounded:
+        return FIT_COPY, {}
+    if dtype.is_floating_point:
+        return (FIT_FLOAT_ if inplace else FIT_FLOAT), {"low": low, "high": high}
+    if low is None:
+        low = int(high) - _RAW_INT_SPAN + 1  # type: ignore[arg-type]
+    span = _RAW_INT_SPAN if high is None else int(high) - int(low) + 1
+    return (FIT_INT_ if inplace else FIT_INT), {"span": span, "low": int(low)}
+
+
+def _consumers(catalog: Sequence[OpSpec], meta: TensorMeta) -> list[OpSpec]:
+    return [
+        s
+        for s in catalog
+        if s.kind == "capturable"
+        and s.arity == 1
+        and s.aliasing == "none"
+        and s.outputs == 1
+        and not s.out_buffers
+        and s.deterministic
+        and not s.rng
+        and s.infer([meta], {}) is not None
+    ]
+
+
+@st.composite
+def _call_chain(
+    draw: st.DrawFn,
+    users: Sequence[UserOp],
+    catalog: Sequence[OpSpec],
+    where: str,
+) -> Program:
+    """One call of a user op as a small program: producers, the call, consumers."""
+    user = draw(st.sampled_from(list(users)))
+    spec = user.spec
+    binding = {d: draw(st.integers(lo, hi)) for d, (lo, hi) in spec.dims.items()}
+    metas = draw_metas(draw, spec, binding)
+    env = list(metas)
+    steps: list[Step] = []
+    args: list[int] = []
+    for index, arg in enumerate(spec.args.values()):
+        # A raw input for unbounded arguments; bounded ones are fitted by a captured step or
+        # in place by an eager one, and a call first in the capture has no captured producer.
+        modes = ["eager"] if arg.bounded else ["raw"]
+        if where != "first":
+            modes.append("captured")
+        mode = draw(st.sampled_from(modes))
+        if mode == "raw":
+            args.append(index)
+            continue
+        fit, params = producer(arg, binding, metas[index].dtype, inplace=mode == "eager")
+        items = tuple(sorted(params.items()))
+        steps.append(Step(fit.name, (index,), items, mode == "eager"))
+        if fit.outputs:
+            args.append(len(env))
+            env.append(metas[index])
+        else:
+            args.append(index)
+    op = user.nested if draw(st.integers(0, 3)) == 0 else user.direct
+    params = draw(st.fixed_dictionaries(dict(spec.params)))
+    steps.append(Step(op.name, tuple(args), tuple(sorted(params.items())), True))
+    results = [args[list(spec.args).index(w)] for w in spec.writes]
+    if op.outputs:
+        out = op.infer([env[a] for a in args], params)
+        if isinstance(spec.returns, TensorArg):
+            results.append(len(env))
+        env.append(out)
+    outputs = list(results)
+    for _ in range(0 if where == "last" else draw(st.integers(0, 2))):
+        if not results:
+            break
+        value = draw(st.sampled_from(results))
+        fitting = _consumers(catalog, env[value])
+        if not fitting:
+            continue
+        consumer = draw(st.sampled_from(fitting))
+        consumer_params = draw(consumer.params([env[value]]))
+        steps.append(Step(consumer.name, (value,), tuple(sorted(consumer_params.items())), False))
+        outputs.append(len(env))
+        env.append(consumer.infer([env[value]], consumer_params))
+    return Program(tuple(metas), tuple(steps), tuple(outputs))
+
+
+def splice(
+    base: Program, chains: Sequence[tuple[int, Program]], table: dict[str, OpSpec]
+) -> Program:
+    """``base`` with each chain's steps inserted before base step ``position``, renumbered."""
+    inputs = list(base.inputs)
+    chain_inputs = []
+    for _, chain in chains:
+        chain_inputs.append(len(inputs))
+        inputs.extend(chain.inputs)
+    steps: list[Step] = []
+    outputs: list[int] = []
+    next_value = len(inputs)
+
+    def emit(step: Step, mapping: dict[int, int]) -> None:
+        nonlocal next_value
+        steps.append(Step(step.op, tuple(mapping[a] for a in step.args), step.params, step.brk))
+        if table[step.op].outputs > 0:
+            mapping[len(mapping)] = next_value
+            next_value += 1
+
+    base_map = {v: v for v in range(len(base.inputs))}
+    order = sorted(range(len(chains)), key=lambda i: chains[i][0])
+    pending = list(order)
+    for position in range(len(base.steps) + 1):
+        while pending and chains[pending[0]][0] == position:
+            i = pending.pop(0)
+            chain = chains[i][1]
+            mapping = {v: chain_inputs[i] + v for v in range(len(chain.inputs))}
+            for step in chain.steps:
+                emit(step, mapping)
+            outputs.extend(mapping[v] for v in chain.outputs)
+        if position < len(base.steps):
+            emit(base.steps[position], base_map)
+    outputs = [base_map[v] for v in base.outputs] + outputs
+    unique = tuple(dict.fromkeys(outputs))
+    return Program(tuple(inputs), with_drops(steps, unique), unique)
+
+
+def op_catalog(users: Sequence[UserOp], catalog: Sequence[OpSpec] | None = None) -> list[OpSpec]:
+    """The op table a campaign needs: the catalog, the producers and each user op's forms."""
+    base = list(default_ops() if catalog is None else catalog)
+    return [*base, *PRODUCERS, *(op for u in users for op in (u.direct, u.nested))]
+
+
+@st.composite
+def op_programs(
+    draw: st.DrawFn,
+    users: Sequence[UserOp],
+    max_ops: int = 6,
+    max_breaks: int = 2,
+    contract: str | Contract = "returns",
+    catalog: Sequence[OpSpec] | None = None,
+) -> Program:
+    """A random catalog program with 1 to 3 calls of the user ops spliced in."""
+    ops = list(default_ops() if catalog is None else catalog)
+    base = draw(
+        programs(
+            max_ops=max_ops,
+            max_breaks=max_breaks,
+            ops=ops,
+            contract=contract,
+        )
+    )
+    chains = []
+    for _ in range(draw(st.integers(1, 3))):
+        where = draw(st.sampled_from(["first", "last", "anywhere", "anywhere"]))
+        position = {"first": 0, "last": len(base.steps)}.get(where)
+        if position is None:
+            position = draw(st.integers(0, len(base.steps)))
+        chain = draw(_call_chain(users, ops, where))
+        chains.append((position, chain))
+    return splice(base, chains, op_table(op_catalog(users, ops)))
+
+
+def break_positions(program: Program, user_op_names: set[str]) -> list[set[str]]:
+    """For each call of a user op, where it sits among the program's graph segments."""
+    steps = program.steps
+    captured = [i for i, s in enumerate(steps) if not s.brk]
+    found = []
+    for i, step in enumerate(steps):
+        if step.op not in user_op_names:
+            continue
+        where = set()
+        if step.op.endswith(":nested"):
+            where.add("nested")
+        if not any(c < i for c in captured):
+            where.add("first")
+        if not any(c > i for c in captured):
+            where.add("last")
+        if (i > 0 and steps[i - 1].brk) or (i + 1 < len(steps) and steps[i + 1].brk):
+            where.add("adjacent")
+        if not where & {"first", "last"}:
+            where.add("middle")
+        found.append(where)
+    return found
