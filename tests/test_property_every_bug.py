@@ -52,7 +52,7 @@ def _check(variant: str | None, prop: str, kind: str, tmp_path: Path) -> list[tu
 
 
 def _failing(findings: list[tuple[str, str]]) -> list[str]:
-    from verification.finding_kinds import fails_certificate
+    from verification.findings import fails_certificate
 
     return [message for kind, message in findings if fails_certificate(kind)]
 
