@@ -32,6 +32,7 @@ MEMORY_HELD = "memory-held"
 KNOWN_UNSAFE = "known-unsafe"
 TORCH_LIMIT = "torch-limit"
 CALLER_DUTY = "caller-duty"
+SKIPPED = "skipped"
 
 # Every kind, in one table that no import fills: what it holds never depends on which
 # checks were imported first. A new kind is one entry here.
@@ -73,6 +74,12 @@ FINDING_KINDS: dict[str, FindingKind] = {
             "a documented hazard (replaying captures of one pool out of order), demonstrated "
             "by the checker; never a target bug",
             about_target=False,
+        ),
+        FindingKind(
+            SKIPPED,
+            False,
+            "a check stopped early: a finding left the target unusable in this process, and "
+            "what followed would only have reported that leftover",
         ),
         FindingKind(
             TORCH_LIMIT,

@@ -1,7 +1,8 @@
 """A fuzz campaign: hypothesis draws programs, the oracle checks them, findings get reports.
 
-:func:`run_campaign` runs in this process (under the simulator for ``sim``), stops at the
-first finding, lets hypothesis shrink it and returns it with a reproducer script.
+:func:`run_campaign` runs in this process (under the simulator for ``sim``), reports every
+distinct violation it meets within its budget (:mod:`verification.search`), each shrunk by
+hypothesis, with a reproducer script each.
 :func:`run_isolated` runs the same campaign in a child process and turns a child killed
 by a signal (a capture bug can abort the process) into a ``crash`` finding for the
 program it was running, which the child writes to a file before every example.
@@ -19,11 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-from hypothesis import seed as hypothesis_seed
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.database import ExampleDatabase
-from hypothesis.errors import FlakyFailure
 
 from verification.devices import device_context, resolve_device
 from verification.exampledb import shared_database
@@ -33,7 +32,9 @@ from verification.ops.spec import OpSpec
 from verification.oracle import FUZZ, InvalidProgram, check_program
 from verification.programs import Program, programs
 from verification.report import render_reproducer, write_reproducer
+from verification.search import Outcome, search
 from verification.targets import DEFAULT_TARGET, Target, load_target
+from verification.usable import unusable
 
 
 @dataclass
@@ -88,6 +89,8 @@ class CampaignResult:
     # Opening the device once per campaign: on the simulator mostly torch._dynamo's import
     # (1 to 2 s, needed by torch's meta kernels), a fixed cost no example pays again.
     startup_s: float = 0.0
+    # Why the search ended before its budget: a finding left the target unusable.
+    stopped: str | None = None
 
     @property
     def examples_per_second(self) -> float:
@@ -98,33 +101,12 @@ class CampaignResult:
             f"fuzz: {self.examples} examples, {len(self.findings)} findings, device={self.device}, "
             f"target={self.target}, {self.examples_per_second:.1f} examples/s"
             + (f" (start-up {self.startup_s:.1f} s)" if self.startup_s >= 0.05 else "")
+            + (f"; stopped early, target unusable: {self.stopped}" if self.stopped else "")
         )
 
 
 # What the coverage counts of a campaign count (runs per op, per break op, ...).
 COVERAGE_KEYS = ("ops", "break_ops", "break_positions", "input_dtypes")
-
-
-class _Found(Exception):
-    """Raised inside the hypothesis test so that hypothesis shrinks the finding."""
-
-    def __init__(self, finding: Finding) -> None:
-        super().__init__(finding.summary())
-        self.finding = finding
-
-
-def _hypothesis_settings(examples: int, database: ExampleDatabase | None) -> settings:
-    return settings(
-        max_examples=examples,
-        database=database,
-        deadline=None,
-        report_multiple_bugs=False,
-        verbosity=Verbosity.quiet,
-        suppress_health_check=list(HealthCheck),
-        # The explain phase only annotates the report we do not print, and its internal
-        # checks trip over programs whose length depends on earlier choices.
-        phases=[p for p in Phase if p is not Phase.explain],
-    )
 
 
 def _break_positions(program: Program) -> list[str]:
@@ -152,7 +134,7 @@ def _search(
     counter: list[int],
     coverage: dict[str, Counter[str]],
     progress: Callable[[int], None],
-) -> Finding | None:
+) -> Outcome[Finding]:
     strategy = (
         config.strategy
         if config.strategy is not None
@@ -165,11 +147,8 @@ def _search(
     )
     examples = config.examples if config.examples is not None else settings.default.max_examples
 
-    # Settings outside the seed: @seed drops the database of the settings it wraps.
-    @_hypothesis_settings(examples, config.database)
-    @hypothesis_seed(config.seed)
-    @given(strategy, st.integers(0, 2**16))
-    def example(program: Program, input_seed: int) -> None:
+    def example(drawn: tuple[Program, int]) -> Finding | None:
+        program, input_seed = drawn
         counter[0] += 1
         if config.observe is not None:
             config.observe(program)
@@ -178,25 +157,21 @@ def _search(
         if config.program_file is not None:
             config.program_file.write_bytes(pickle.dumps((program, input_seed)))
         try:
-            finding = check_program(program, target, device, input_seed, config.replays, config.ops)
+            return check_program(program, target, device, input_seed, config.replays, config.ops)
         except InvalidProgram as error:
-            finding = Finding(
-                HARNESS_ERROR, FUZZ, str(error), "invalid-program", program, input_seed
-            )
-        if finding is not None:
-            raise _Found(finding)
+            return Finding(HARNESS_ERROR, FUZZ, str(error), "invalid-program", program, input_seed)
 
-    try:
-        example()
-    except _Found as found:
-        return found.finding
-    except FlakyFailure as flaky:
-        # A failure that did not repeat when rerun (a racy target) is still a finding.
-        found = [e for e in flaky.exceptions if isinstance(e, _Found)]
-        if not found:
-            raise
-        return found[0].finding
-    return None
+    return search(
+        st.tuples(strategy, st.integers(0, 2**16)),
+        example,
+        examples=examples,
+        seed=config.seed,
+        # One finding per kind of violation: a mismatch found again in a longer program is
+        # the same bug.
+        key=lambda finding: (finding.kind, finding.violation),
+        usable=lambda: unusable(target, device),
+        database=config.database,
+    )
 
 
 def report_findings(result: CampaignResult, config: CampaignConfig, target: Target) -> None:
@@ -215,7 +190,7 @@ def report_findings(result: CampaignResult, config: CampaignConfig, target: Targ
 def run_campaign(
     config: CampaignConfig, progress: Callable[[int], None] = lambda advance: None
 ) -> CampaignResult:
-    """Fuzzes ``config.target`` in this process until a finding or the example budget.
+    """Fuzzes ``config.target`` in this process for the example budget.
 
     ``progress`` is called with 1 after each example drawn (shrinking included).
     """
@@ -231,14 +206,15 @@ def run_campaign(
         # Frozen once the device is set up, so that what it imported is skipped too.
         gc.freeze()
         try:
-            finding = _search(config, target, device, counter, coverage, progress)
+            outcome = _search(config, target, device, counter, coverage, progress)
         finally:
             gc.unfreeze()
     result = CampaignResult(target.name, kind, counter[0], time.perf_counter() - start)
     result.startup_s = start - opened
     result.coverage = {k: dict(sorted(c.items())) for k, c in coverage.items()}
-    if finding is not None:
-        result.findings.append(finding)
+    result.stopped = outcome.stopped
+    if outcome.findings:
+        result.findings.extend(outcome.findings)
         report_findings(result, config, target)
     return result
 

@@ -1,13 +1,19 @@
 """The property checks of :mod:`verification.properties`, run in this process or one child per
 property: what ``check`` runs and certify's ``properties`` check.
 
-A child killed by a signal becomes a ``target-bug`` finding naming the signal; results cross
-the process boundary as JSON (:func:`to_json`, :func:`from_json`).
+Each check runs in a process of its own: a new interpreter on a GPU (:func:`run_in_child`), a
+fork of this one on the simulator (:func:`run_forked`), so that no check sees another's
+leftovers. A child killed by a signal becomes a ``target-bug`` finding naming the signal;
+results cross the process boundary as JSON (:func:`to_json`, :func:`from_json`). In one
+process (:func:`run_properties`) the checks after one that left the target unusable are
+skipped.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -23,7 +29,7 @@ from verification.isolation import run_child, signal_name
 from verification.ops.spec import TensorMeta
 from verification.programs import Program, Step
 from verification.properties import PROPERTIES
-from verification.properties.base import CheckConfig, property_finding
+from verification.properties.base import CheckConfig, property_finding, unusable
 from verification.properties.base import CheckResult as PropertyResult
 
 DEFAULT_CYCLES = 100
@@ -38,10 +44,78 @@ def names(choice: str) -> list[str]:
 def run_properties(
     choice: str, target: Any, kind: str, examples: int, seed: int = 0, cycles: int = DEFAULT_CYCLES
 ) -> list[PropertyResult]:
-    """Runs the chosen properties in this process on device ``kind``."""
+    """Runs the chosen properties in this process on device ``kind``. Once a check leaves the
+    target unusable, the rest are skipped: they would report its leftover as bugs of their own."""
+    results: list[PropertyResult] = []
     with device_context(kind) as device:
         config = CheckConfig(target, kind, device, examples, seed, cycles)
-        return [PROPERTIES[name].check(config) for name in names(choice)]
+        left_by: str | None = None
+        for name in names(choice):
+            if left_by is not None:
+                skipped = f"target unusable after {left_by}"
+                results.append(PropertyResult(name, 0, 0.0, skipped=skipped))
+                continue
+            results.append(PROPERTIES[name].check(config))
+            if unusable(config) is not None:
+                left_by = name
+    return results
+
+
+def _forked_check(
+    name: str, target: Any, kind: str, examples: int, seed: int, cycles: int, conn: Any
+) -> None:
+    results = run_properties(name, target, kind, examples, seed, cycles)
+    conn.send(json.dumps(to_json(results)))
+    conn.close()
+
+
+def run_forked(
+    chosen: Sequence[str],
+    target: Any,
+    kind: str,
+    examples: int,
+    seed: int = 0,
+    cycles: int = DEFAULT_CYCLES,
+    jobs: int = 1,
+) -> list[PropertyResult]:
+    """The simulator's isolation: each property in a forked child of this process, ``jobs`` at
+    a time. A fork starts with torch and the harness imported, and with the target as this
+    process holds it, untouched by any check; a new interpreter would spend seconds on
+    imports per check. Not for a GPU: a CUDA context does not survive a fork."""
+    context = multiprocessing.get_context("fork")
+    with device_context(kind):
+        pass  # what opening the device imports (torch._dynamo, seconds), once for every child
+    pending = list(enumerate(chosen))
+    running: list[tuple[int, str, Any, Any]] = []
+    results: dict[int, PropertyResult] = {}
+    while pending or running:
+        while pending and len(running) < jobs:
+            number, name = pending.pop(0)
+            receive, send = context.Pipe(duplex=False)
+            child = context.Process(
+                target=_forked_check, args=(name, target, kind, examples, seed, cycles, send)
+            )
+            sys.stdout.flush()  # or the child would print what this process buffered
+            sys.stderr.flush()
+            child.start()
+            send.close()  # so that a child gone without a result reads as EOF here
+            running.append((number, name, receive, child))
+        number, name, receive, child = running.pop(0)
+        try:
+            data: str | None = receive.recv()
+        except EOFError:
+            data = None
+        child.join()
+        if data is not None and child.exitcode == 0:
+            results[number] = from_json(json.loads(data))[0]
+        else:
+            results[number] = _crash_result(name, child.exitcode or 1, "")
+    return [results[number] for number in range(len(chosen))]
+
+
+def forked_jobs(count: int) -> int:
+    """Children at once on the simulator: one per core, at most one per check."""
+    return max(1, min(count, os.cpu_count() or 1))
 
 
 def to_json(results: list[PropertyResult]) -> list[dict[str, Any]]:
@@ -51,6 +125,7 @@ def to_json(results: list[PropertyResult]) -> list[dict[str, Any]]:
             "examples": r.examples,
             "elapsed_s": r.elapsed_s,
             "not_applicable": r.not_applicable,
+            "skipped": r.skipped,
             "findings": [
                 {
                     "kind": f.kind,
@@ -85,6 +160,7 @@ def from_json(data: list[dict[str, Any]]) -> list[PropertyResult]:
                 for f in r["findings"]
             ],
             r.get("not_applicable"),
+            r.get("skipped"),
         )
         for r in data
     ]
@@ -102,10 +178,14 @@ def run_in_child(name: str, argv: Sequence[str]) -> PropertyResult:
         status = done.returncode
         if status >= 0 and result_file.exists():
             return from_json(json.loads(result_file.read_text()))[0]
+    return _crash_result(name, status, done.stderr or "")
+
+
+def _crash_result(name: str, status: int, err: str) -> PropertyResult:
     what = (
         f"died by signal {signal_name(status)}" if status < 0 else f"exited {status} with no result"
     )
-    last = [line.strip() for line in (done.stderr or "").splitlines() if line.strip()][-1:]
+    last = [line.strip() for line in err.splitlines() if line.strip()][-1:]
     said = f"; its last line on stderr: {last[0][:300]}" if last else ""
     message = f"crash: the check's process {what}{said}"
     return PropertyResult(name, 0, 0.0, [property_finding(name, TARGET_BUG, message)])
@@ -134,6 +214,10 @@ def certify_property(run: CertifyRun, name: str) -> CheckResult:
         if run.config.contract:
             argv += ["--contract", str(run.config.contract)]
         result = run_in_child(name, argv)
+    elif run.device == "sim":
+        # Each property in a process of its own on the simulator too, a fork of this one, so
+        # that no check sees another's leftovers (issue 21).
+        (result,) = run_forked([name], run.target, run.device, examples, run.config.seed, cycles)
     else:
         (result,) = run_properties(name, run.target, run.device, examples, run.config.seed, cycles)
     run.progress(result.examples)

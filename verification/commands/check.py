@@ -2,9 +2,11 @@
 
 Exit status as ``fuzz``: 0 when no finding fails the target (``memory-held`` and
 ``known-unsafe`` findings are printed but do not fail), 1 when one does (its reproducer is
-printed and, with ``--report DIR``, written), 2 for a usage error. On ``cuda`` each property
-runs in a child process (``--isolate``), so a check that aborts the process becomes a
-``crash`` finding naming the signal.
+printed and, with ``--report DIR``, written), 2 for a usage error. Each property runs in a
+child process of its own (``--isolate``: always on ``cuda``, on the simulator, as a fork,
+whenever more than one is run), so no check sees another's leftovers and a check that aborts
+the process becomes a ``crash`` finding naming the signal; in one process (``--no-isolate``)
+the checks after one that left the target unusable are skipped.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from pathlib import Path
 
 from verification.certify.property_check import (
     DEFAULT_CYCLES,
+    forked_jobs,
     names,
+    run_forked,
     run_in_child,
     run_properties,
     to_json,
@@ -89,9 +93,15 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     kind = resolve_device(args.device)
     target = load_target(args.target, args.contract)
     writable_dir(args.report, "--report")
-    isolate = args.isolate if args.isolate is not None else kind == "cuda"
-    if isolate:
-        results = [run_in_child(name, argv) for name in names(args.property)]
+    chosen = names(args.property)
+    # Each check in a process of its own, on both devices, when more than one is run: none
+    # sees another's leftovers. One at a time on a GPU, whose memory figures a neighbour moves.
+    isolate = args.isolate if args.isolate is not None else kind == "cuda" or len(chosen) > 1
+    if isolate and kind == "cuda":
+        results = [run_in_child(name, argv) for name in chosen]
+    elif isolate:
+        jobs = forked_jobs(len(chosen))
+        results = run_forked(chosen, target, kind, args.examples, args.seed, args.cycles, jobs)
     else:
         results = []
         with progress_bar(quiet=args.quiet) as (start, advance):
@@ -106,8 +116,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     number = 0
     for result in results:
         for finding in result.findings:
-            has_reproducer = finding.fails and finding.program is not None
-            text = render(finding, target, kind, command) if has_reproducer else None
+            text = render(finding, target, kind, command) if finding.fails else None
             print_finding(finding.summary(), text)
             if text is not None:
                 if args.report is not None:
@@ -116,20 +125,25 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if result.not_applicable is not None:
             print(f"check {result.prop}: not applicable, {result.not_applicable}")
             continue
+        if result.skipped is not None:
+            print(f"check {result.prop}: skipped: {result.skipped}")
+            continue
         verdict = "FAIL" if result.failed else "pass"
         print(
             f"check {result.prop}: {verdict}, {result.examples} examples, {result.elapsed_s:.1f} s"
         )
     failed = [r.prop for r in results if r.failed]
-    checked = [r for r in results if r.not_applicable is None]
+    checked = [r for r in results if r.not_applicable is None and r.skipped is None]
+    skipped = [r.prop for r in results if r.skipped is not None]
     print(
         f"check: {len(checked) - len(failed)} of {len(checked)} properties hold, device={kind}, "
         f"target={target.name}"
         + (f"; failed: {', '.join(failed)}" if failed else "")
         + (
-            f"; not applicable: {len(results) - len(checked)}"
-            if len(checked) < len(results)
+            f"; not applicable: {len(results) - len(checked) - len(skipped)}"
+            if len(checked) + len(skipped) < len(results)
             else ""
         )
+        + (f"; skipped: {', '.join(skipped)}" if skipped else "")
     )
     return 1 if failed else 0

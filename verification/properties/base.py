@@ -1,15 +1,18 @@
 """What every property check shares: its configuration, its findings and the hypothesis driver.
 
 A check receives a :class:`CheckConfig` (target, device, budgets) and returns a
-:class:`CheckResult`. A :class:`~verification.findings.Finding` (:func:`property_finding`) carries a finding kind of
-:mod:`verification.findings`: ``target-bug`` fails the target; ``memory-held`` (memory kept alive without being wrong, with its figure) and
-``known-unsafe`` (a documented hazard the checker demonstrated), never do. :func:`search` runs hypothesis until a failing finding and
-shrinks it.
+:class:`CheckResult`. A :class:`~verification.findings.Finding` (:func:`property_finding`)
+carries a finding kind of :mod:`verification.findings`: ``target-bug`` fails the target;
+``memory-held`` (memory kept alive without being wrong, with its figure), ``known-unsafe``
+(a documented hazard the checker demonstrated) and ``skipped`` never do. A check collects
+into :class:`Findings`, which runs fixed scenarios and the shared search driver
+(:mod:`verification.search`) and keeps every distinct finding once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import time
 from collections.abc import Callable
@@ -18,18 +21,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
-from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-from hypothesis.errors import FlakyFailure
 
 from verification.findings import (
     HARNESS_ERROR,
+    SKIPPED,
     TARGET_BUG,
     Finding,
 )
 from verification.programs import Program, programs
+from verification.search import search, symptom
 from verification.targets import Target
+from verification.usable import unusable as target_unusable
 
 
 def property_finding(
@@ -69,30 +72,12 @@ class CheckResult:
     elapsed_s: float
     findings: list[Finding] = field(default_factory=list)
     not_applicable: str | None = None
+    # Why the check did not run: an earlier check in this process left the target unusable.
+    skipped: str | None = None
 
     @property
     def failed(self) -> bool:
         return any(f.fails for f in self.findings)
-
-
-class Found(Exception):
-    """Raised inside a hypothesis example so that hypothesis shrinks the finding."""
-
-    def __init__(self, finding: Finding) -> None:
-        super().__init__(finding.summary())
-        self.finding = finding
-
-
-def _settings(examples: int) -> settings:
-    return settings(
-        max_examples=examples,
-        database=None,
-        deadline=None,
-        report_multiple_bugs=False,
-        verbosity=Verbosity.quiet,
-        suppress_health_check=list(HealthCheck),
-        phases=[p for p in Phase if p is not Phase.explain],
-    )
 
 
 def program_strategy(
@@ -107,34 +92,113 @@ def program_strategy(
     )
 
 
-def search(
-    config: CheckConfig,
-    strategy: st.SearchStrategy[Any],
-    body: Callable[[Any], Finding | None],
-    examples: int | None = None,
-) -> tuple[int, Finding | None]:
-    """Runs ``body`` on drawn values until it returns a failing finding; (examples, finding)."""
-    counter = [0]
+def scenario_of(problem: Callable[..., Any]) -> tuple[tuple[str, Any], ...]:
+    """The scenario entries naming a fixed scenario (a function of ``config``, or a partial of
+    one), from which a reproducer copies its code."""
+    args: tuple[Any, ...] = ()
+    fn = problem
+    if isinstance(problem, functools.partial):
+        fn, args = problem.func, tuple(problem.args)
+    return (("fixed", f"{fn.__module__}:{fn.__qualname__}"), ("args", args))
 
-    @hypothesis_seed(config.seed)
-    @_settings(examples if examples is not None else config.examples)
-    @given(strategy)
-    def example(value: Any) -> None:
-        counter[0] += 1
-        finding = body(value)
-        if finding is not None:
-            raise Found(finding)
 
-    try:
-        example()
-    except Found as found:
-        return counter[0], found.finding
-    except FlakyFailure as flaky:
-        found = [e for e in flaky.exceptions if isinstance(e, Found)]
-        if not found:
-            raise
-        return counter[0], found[0].finding
-    return counter[0], None
+def finding_key(finding: Finding) -> tuple[str, str, str]:
+    """What makes two findings of a check one bug: their kind and their symptom."""
+    return finding.check, finding.kind, symptom(finding.message)
+
+
+def _same_finding(finding: Finding) -> tuple[Any, ...]:
+    return (*finding_key(finding), repr(finding.program), finding.scenario)
+
+
+def unusable(config: CheckConfig) -> str | None:
+    """Why the target cannot be used any more in this process, or None
+    (:func:`verification.usable.unusable`)."""
+    return target_unusable(config.target, config.device)
+
+
+class Findings:
+    """What one check found so far, each finding once (by kind, symptom, program and
+    scenario). Once a failing finding leaves the target unusable, the check takes no more
+    work: whatever followed would report that leftover, not a bug of its own."""
+
+    def __init__(self, prop: str, config: CheckConfig) -> None:
+        self.prop = prop
+        self.config = config
+        self.examples = 0
+        self.found: list[Finding] = []
+        self.stopped: str | None = None
+
+    @property
+    def going(self) -> bool:
+        return self.stopped is None
+
+    def add(self, finding: Finding | None) -> None:
+        if finding is None or not self.going:
+            return
+        if any(_same_finding(f) == _same_finding(finding) for f in self.found):
+            return
+        self.found.append(finding)
+        if finding.fails:
+            self.stopped = unusable(self.config)
+
+    def fixed(self, problem: Callable[[CheckConfig], str | None]) -> None:
+        """Runs one fixed scenario (no drawn example) and records its problem, if any."""
+        if not self.going:
+            return
+        self.examples += 1
+        try:
+            found = problem(self.config)
+        except Exception as error:
+            self.add(error_finding(self.prop, error))
+            return
+        if found is not None:
+            self.add(property_finding(self.prop, TARGET_BUG, found, scenario=scenario_of(problem)))
+
+    def search(
+        self,
+        strategy: st.SearchStrategy[Any],
+        body: Callable[[Any], Finding | None],
+        examples: int | None = None,
+        key: Callable[[Finding], Any] = finding_key,
+    ) -> None:
+        """Runs ``body`` on drawn values for the budget; every distinct finding, shrunk."""
+        if not self.going:
+            return
+        # A drawn example that shows a fixed scenario's symptom again is the same bug.
+        known = {key(f) for f in self.found}
+
+        def new_only(value: Any) -> Finding | None:
+            finding = body(value)
+            return None if finding is not None and key(finding) in known else finding
+
+        outcome = search(
+            strategy,
+            new_only,
+            examples=examples if examples is not None else self.config.examples,
+            seed=self.config.seed,
+            key=key,
+            error_finding=lambda error: error_finding(self.prop, error),
+            usable=lambda: unusable(self.config),
+        )
+        self.examples += outcome.examples
+        for finding in outcome.findings:
+            self.add(finding)
+        if outcome.stopped is not None:
+            self.stopped = outcome.stopped
+
+    def result(self) -> tuple[int, list[Finding]]:
+        notes = []
+        if self.stopped is not None:
+            notes.append(
+                property_finding(
+                    self.prop,
+                    SKIPPED,
+                    f"the rest of the check was skipped: target unusable after its finding "
+                    f"({self.stopped})",
+                )
+            )
+        return self.examples, self.found + notes
 
 
 _HARNESS = Path(__file__).resolve().parent.parent
@@ -160,6 +224,13 @@ def _raised_by_harness(error: BaseException) -> bool:
     return innermost is not None and _HARNESS in innermost.parents
 
 
+def error_finding(prop: str, error: Exception) -> Finding:
+    """An exception that escaped a check's code: a ``harness-error`` when the harness's own
+    code raised it, else a ``target-bug``."""
+    kind = HARNESS_ERROR if _raised_by_harness(error) else TARGET_BUG
+    return property_finding(prop, kind, f"the check raised {error!r}")
+
+
 def timed(prop: str, run: Callable[[], tuple[int, list[Finding]]]) -> CheckResult:
     """Runs a check with the heap so far frozen: the checks collect garbage often, and a
     full collection walks all of torch and hypothesis (a second each on a busy machine).
@@ -174,8 +245,7 @@ def timed(prop: str, run: Callable[[], tuple[int, list[Finding]]]) -> CheckResul
     try:
         examples, findings = run()
     except Exception as error:
-        kind = HARNESS_ERROR if _raised_by_harness(error) else TARGET_BUG
-        examples, findings = 0, [property_finding(prop, kind, f"the check raised {error!r}")]
+        examples, findings = 0, [error_finding(prop, error)]
     finally:
         gc.unfreeze()
     return CheckResult(prop, examples, time.perf_counter() - start, findings)

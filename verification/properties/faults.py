@@ -1,11 +1,13 @@
 """Property 4, faults: an exception anywhere propagates and leaves everything usable.
 
-Into a drawn program an exception is injected at a drawn point: in the captured region, in
-an eager step at capture, in an eager step at replay, at a segment's ``capture_end``, or a
-capture-illegal call (a device sync, ``.item()``) in the captured region. Each time the
-exception must propagate, no stream may be left capturing, no capture active, and the next
-capture into the same pool and its replays, and the next replay of a capture that failed
-mid-replay, must equal eager. A break that raises at capture and is caught inside the ``with``
+Into a drawn program an exception is injected at a drawn point: at every CUDA call a capture
+makes (the pool handle it takes when given none, each ``capture_begin``, the first being the
+one in ``__enter__``, each segment's ``capture_end``, the last being the one in ``__exit__``),
+in the captured region, in an eager step at capture or at replay, or a capture-illegal call
+(a device sync, ``.item()``) in the captured region. Each time the exception must propagate,
+no stream may be left capturing, no capture active, a decorated call must run eagerly, and
+the next capture into the same pool, one into a new pool, and the next replay of a capture
+that failed mid-replay, must equal eager. A break that raises at capture and is caught inside the ``with``
 block (a fallback to another kernel) must make the capture refuse to close, or replay what ran
 at capture: never a capture silently cut short. A warning ``capture_end`` raises must reach
 the caller, and its graph must still replay. An
@@ -43,10 +45,11 @@ from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
+    Findings,
     program_strategy,
     property_finding,
-    search,
     timed,
+    unusable,
 )
 from verification.properties.pool import WITNESS
 from verification.properties.runs import ProgramRun
@@ -55,6 +58,8 @@ NAME = "faults"
 POOL_LEFT_RECORDING = "already recording to mempool_id"
 RNG_LEFT_CAPTURING = "Offset increment outside graph capture"
 POINTS = (
+    "pool-handle",
+    "capture-begin",
     "captured-region",
     "eager-at-capture",
     "eager-at-replay",
@@ -62,6 +67,9 @@ POINTS = (
     "capture-end-at-exit",
     "illegal-call",
 )
+# Points a capture reaches once: the last segment's capture_end and the pool handle (taken
+# when the capture is made without one).
+ONCE_A_CAPTURE = ("capture-end-at-exit", "pool-handle")
 INJECTED_WARNING = "a warning injected into capture_end by the checker"
 ILLEGAL_CALLS: dict[str, Callable[[dict[int, torch.Tensor]], Any]] = {
     "synchronize": lambda env: torch.cuda.synchronize(),
@@ -78,7 +86,7 @@ class Injector:
 
     def __init__(self, point: str, nth: int, illegal: str) -> None:
         self.point = point
-        self.nth = 0 if point == "capture-end-at-exit" else nth  # it happens once a capture
+        self.nth = 0 if point in ONCE_A_CAPTURE else nth
         self.illegal = illegal
         self.phase = "warm-up"
         self.count = 0
@@ -95,7 +103,6 @@ class Injector:
         self.count += 1
 
     def hook(self, index: int, env: dict[int, torch.Tensor]) -> None:
-        self.phase = "capture"
         self._maybe("captured-region")
         if self.point == "illegal-call" and env:
             self._maybe("illegal-call", lambda: ILLEGAL_CALLS[self.illegal](env))
@@ -110,40 +117,70 @@ class Injector:
         return faulty
 
     @contextlib.contextmanager
-    def capture_end_faults(self, capture_class: type) -> Iterator[None]:
-        """``CUDAGraph.capture_end`` raises after ending the graph at the chosen call; at
-        ``capture-end-at-exit``, at the first one the target's ``__exit__`` makes (the last
-        segment's, which a drawn count rarely reaches)."""
+    def cuda_call_faults(self, capture_class: type) -> Iterator[None]:
+        """Faults at the CUDA calls a capture makes: ``torch.cuda.graph_pool_handle`` while the
+        target makes or opens the capture; ``CUDAGraph.capture_begin`` (before it begins: the
+        first is the one ``__enter__`` makes, the rest begin segments after breaks); and
+        ``CUDAGraph.capture_end`` (after it ends the graph; at ``capture-end-at-exit``, the first
+        one ``__exit__`` makes, the last segment's, which a drawn count rarely reaches)."""
         graph_class = torch.cuda.CUDAGraph
-        original = graph_class.capture_end
-        had_exit = "__exit__" in vars(capture_class)
-        original_exit = capture_class.__exit__
+        originals = {
+            "capture_begin": graph_class.capture_begin,
+            "capture_end": graph_class.capture_end,
+        }
+        pool_handle = torch.cuda.graph_pool_handle
+        patched = ("__init__", "__enter__", "__exit__")
+        own = {name: vars(capture_class)[name] for name in patched if name in vars(capture_class)}
+        methods = {name: getattr(capture_class, name) for name in patched}
+
+        def capture_begin(graph: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.phase in ("enter", "capture"):
+                self._maybe("capture-begin")
+            return originals["capture_begin"](graph, *args, **kwargs)
 
         def capture_end(graph: Any, *args: Any, **kwargs: Any) -> Any:
-            result = original(graph, *args, **kwargs)
+            result = originals["capture_end"](graph, *args, **kwargs)
             if self.phase in ("capture", "exit"):
                 self._maybe("capture-end")
             if self.phase == "exit":
                 self._maybe("capture-end-at-exit")
             return result
 
-        def exit_(capture: Any, *exc_info: Any) -> Any:
-            self.phase = "exit"
-            try:
-                return original_exit(capture, *exc_info)
-            finally:
-                self.phase = "captured"
+        def graph_pool_handle() -> Any:
+            if self.phase in ("make", "enter"):
+                self._maybe("pool-handle")
+            return pool_handle()
 
+        def in_phase(name: str, phase: str, after: str | None) -> Callable[..., Any]:
+            method = methods[name]
+
+            @functools.wraps(method)
+            def phased(capture: Any, *args: Any, **kwargs: Any) -> Any:
+                before, self.phase = self.phase, phase
+                try:
+                    return method(capture, *args, **kwargs)
+                finally:
+                    self.phase = after if after is not None else before
+
+            return phased
+
+        graph_class.capture_begin = capture_begin
         graph_class.capture_end = capture_end
-        capture_class.__exit__ = exit_
+        torch.cuda.graph_pool_handle = graph_pool_handle
+        capture_class.__init__ = in_phase("__init__", "make", None)
+        capture_class.__enter__ = in_phase("__enter__", "enter", "capture")
+        capture_class.__exit__ = in_phase("__exit__", "exit", "captured")
         try:
             yield
         finally:
-            graph_class.capture_end = original
-            if had_exit:
-                capture_class.__exit__ = original_exit
-            else:
-                del capture_class.__exit__
+            for name, original in originals.items():
+                setattr(graph_class, name, original)
+            torch.cuda.graph_pool_handle = pool_handle
+            for name in patched:
+                if name in own:
+                    setattr(capture_class, name, own[name])
+                else:
+                    delattr(capture_class, name)
 
 
 def _left_active(target: Any) -> str | None:
@@ -164,6 +201,26 @@ def _left_active(target: Any) -> str | None:
         torch.cuda.synchronize()
     except RuntimeError as error:
         return f"the device cannot synchronize: a stream is left capturing ({error})"
+    return None
+
+
+def _decorated_call_problem(target: Any, device: str) -> str | None:
+    """A decorated function called outside any capture must simply run, eagerly, once."""
+    calls: list[None] = []
+
+    @target.eager_break_during_capture
+    def add_one(t: torch.Tensor) -> None:
+        calls.append(None)
+        t.add_(1)
+
+    x = torch.zeros(4, device=device)
+    try:
+        add_one(x)
+        torch.cuda.synchronize()
+    except Exception as error:
+        return f"a decorated call outside any capture raised {error!r}"
+    if len(calls) != 1 or not torch.equal(x, torch.ones_like(x)):
+        return f"a decorated call outside any capture ran {len(calls)} times, not once, eagerly"
     return None
 
 
@@ -232,14 +289,15 @@ def _faulted_then_recovered(
     propagated: BaseException | None = None
     run: ProgramRun | None = None
     try:
-        with injector.capture_end_faults(target.BreakableCUDAGraphCapture):
+        with injector.cuda_call_faults(target.BreakableCUDAGraphCapture):
             run = ProgramRun(
                 program,
                 target,
                 config.kind,
                 config.device,
                 config.seed,
-                pool=pool,
+                # A capture takes its own pool handle only when given none.
+                pool=None if point == "pool-handle" else pool,
                 hook=injector.hook,
                 wrap=injector.wrap,
             )
@@ -258,7 +316,7 @@ def _faulted_then_recovered(
         return f"{where} was swallowed: no exception came out"
     if point != "illegal-call" and not isinstance(propagated, InjectedFault):
         return f"{where} came out as {propagated!r} instead of the injected exception"
-    left = _left_active(target)
+    left = _left_active(target) or _decorated_call_problem(target, config.device)
     if left is not None:
         return f"after {where}: {left}"
     if _generator_left_capturing(config.device) and limits is not None:
@@ -305,6 +363,9 @@ def _faulted_then_recovered(
         if problem is not None:
             return f"the next capture after {where}, replay {replay}: {problem}"
     again.drop()
+    fresh = unusable(config)  # a capture with a break, into a new pool of its own
+    if fresh is not None:
+        return f"after {where}, the target is unusable: {fresh}"
     return None
 
 
@@ -488,39 +549,45 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
     )
 
 
+# Fixed scenarios on the witness program: the calls a capture makes once, which a drawn
+# program and point reach rarely.
+FIXED_POINTS = ("capture-begin", "pool-handle", "capture-end-at-exit")
+
+
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[Finding]]:
         limits: set[str] = set()
+        found = Findings(NAME, config)
 
         def body(drawn: tuple[Program, str, int, str]) -> Finding | None:
             program, point, nth, illegal = drawn
             problem = _fault_problem(program, point, nth, illegal, config, limits)
             if problem is None:
                 return None
-            scenario = (("point", point), ("nth", nth % 4), ("illegal", illegal))
+            nth = 0 if point in ONCE_A_CAPTURE else nth % 4
+            scenario = (("point", point), ("nth", nth), ("illegal", illegal))
             return property_finding(NAME, "target-bug", problem, program, config.seed, scenario)
 
-        # The last segment's capture_end, which __exit__ makes, is always tried once on a fixed
-        # program: a drawn program and point reach it rarely.
-        found = body((WITNESS, "capture-end-at-exit", 0, "synchronize"))
-        if found is not None:
-            return 1, [found]
-
+        for point in FIXED_POINTS:
+            if found.going:
+                found.examples += 1
+                found.add(body((WITNESS, point, 0, "synchronize")))
+        # The collector scenario notes a target's reliance on its caller's duty (freezing
+        # the collector) instead of failing it, under contracts that carry that duty.
+        duties: list[str] = []
+        collector = functools.partial(collector_problem, notes=duties)
+        for fixed in (warning_problem, caught_break_problem, collector):
+            found.fixed(fixed)
         strategy = st.tuples(
             program_strategy(config),
             st.sampled_from(POINTS),
             st.integers(0, 3),
             st.sampled_from(tuple(ILLEGAL_CALLS)),
         )
-        duties: list[str] = []
-        collector = functools.partial(collector_problem, notes=duties)
-        for fixed in (warning_problem, caught_break_problem, collector):
-            problem = fixed(config)
-            if problem is not None:
-                return 1, [property_finding(NAME, "target-bug", problem)]
-        examples, found = search(config, strategy, body)
+        found.search(strategy, body)
+        examples, findings = found.result()
         notes = [property_finding(NAME, TORCH_LIMIT, limit) for limit in sorted(limits)]
         notes += [property_finding(NAME, CALLER_DUTY, duty) for duty in duties]
-        return examples, ([found] if found else []) + notes
+        return examples, findings + notes
 
     return timed(NAME, run)

@@ -24,9 +24,9 @@ from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
+    Findings,
     program_strategy,
     property_finding,
-    search,
     timed,
 )
 from verification.properties.runs import ProgramRun
@@ -212,9 +212,9 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[Finding]]:
-        problem = _decorator_identity_problem(config) or _nested_decorated_problem(config)
-        if problem is not None:
-            return 1, [property_finding(NAME, "target-bug", problem)]
+        found = Findings(NAME, config)
+        found.fixed(_decorator_identity_problem)
+        found.fixed(_nested_decorated_problem)
 
         def body(drawn: tuple[Program, str, int]) -> Finding | None:
             program, place, at = drawn
@@ -225,7 +225,7 @@ def check(config: CheckConfig) -> CheckResult:
             return property_finding(NAME, "target-bug", problem, program, config.seed, scenario)
 
         strategy = st.tuples(program_strategy(config), st.sampled_from(PLACES), st.integers(0, 7))
-        examples, found = search(config, strategy, body)
-        return examples + 1, [found] if found else []
+        found.search(strategy, body)
+        return found.result()
 
     return timed(NAME, run)

@@ -14,10 +14,13 @@ demonstrated as a ``known-unsafe`` note that never counts against a target.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import inspect
 import math
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 from hypothesis import strategies as st
@@ -25,13 +28,13 @@ from hypothesis import strategies as st
 from verification.execute import collector_paused, run_steps
 from verification.findings import Finding
 from verification.ops.spec import TensorMeta
-from verification.programs import Program, Step, make_inputs, op_table
+from verification.programs import Program, Step, default_ops, make_inputs, op_table
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
+    Findings,
     program_strategy,
     property_finding,
-    search,
     timed,
 )
 from verification.properties.memory import ArgumentWatch, held_bytes, scribble_freed
@@ -324,6 +327,107 @@ def arguments_as_given_problem(config: CheckConfig) -> str | None:
     return None
 
 
+class Pair(NamedTuple):
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+@dataclasses.dataclass
+class Hidden:
+    states: torch.Tensor
+    scale: float
+
+
+class ModelOutput(OrderedDict):
+    """A dict subclass read by attribute, as ``transformers``' ``ModelOutput`` is."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+# Container name -> (build it around two capture intermediates, its expected types from the
+# outside in, the sum of its tensors as the break reads them).
+CONTAINERS: dict[str, tuple[Callable[[Any, Any], Any], tuple[type, ...], Callable[[Any], Any]]] = {
+    "namedtuple": (Pair, (Pair,), lambda c: c.first + c.second),
+    "dataclass": (lambda a, b: Hidden(a + b, 2.0), (Hidden,), lambda c: c.states * c.scale),
+    "dict subclass (ModelOutput-like)": (
+        lambda a, b: ModelOutput(logits=a, hidden=b),
+        (ModelOutput,),
+        lambda c: c.logits + c.hidden,
+    ),
+    "list": (lambda a, b: [a, b], (list,), lambda c: c[0] + c[1]),
+    "nested tuples": (lambda a, b: (a, (b, a)), (tuple, tuple), lambda c: c[0] + c[1][0] + c[1][1]),
+}
+
+
+def _types_from_outside(container: Any, depth: int) -> tuple[type, ...]:
+    types = [type(container)]
+    for _ in range(depth - 1):
+        container = container[-1]
+        types.append(type(container))
+    return tuple(types)
+
+
+# The catalog's break ops that pass their tensors in containers.
+CONTAINER_OPS = ("pair_mix", "dict_mix", "shrink_pair_")
+
+
+def container_as_given_problem(name: str, config: CheckConfig) -> str | None:
+    """A container of capture intermediates given to a break (as a model passes its outputs
+    on) reaches it at replay as the same type, with the values of that replay.
+
+    A target that rebuilds containers around aliases of pool tensors for replay must rebuild
+    each as its own type: a namedtuple read by field, a ``ModelOutput`` read by attribute
+    fails on a plain tuple or dict. The break writes into a caller-provided buffer, so this
+    runs under every contract.
+    """
+    build, expected, read = CONTAINERS[name]
+    target = config.target
+    seen: list[tuple[type, ...]] = []
+
+    @target.eager_break_during_capture
+    def take(container: Any, out: torch.Tensor) -> None:
+        seen.append(_types_from_outside(container, len(expected)))
+        try:
+            out.copy_(read(container))
+        except (AttributeError, IndexError, KeyError, TypeError):
+            out.fill_(math.nan)  # a container the break cannot read as it was given
+
+    x = torch.randn(16, device=config.device)
+    out = torch.zeros_like(x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    capture = target.BreakableCUDAGraphCapture()
+    with torch.cuda.stream(side), collector_paused(), capture:
+        a, b = x * 2, x + 1  # in pool memory
+        take(build(a, b), out)
+        del a, b
+    torch.cuda.current_stream().wait_stream(side)
+    x.copy_(torch.randn(16, device=config.device))
+    seen.clear()
+    capture.replay()
+    torch.cuda.synchronize()
+    want = read(build(x * 2, x + 1))
+    reset = getattr(capture, "reset", None)
+    if callable(reset):
+        reset()
+    if seen and seen[0] != expected:
+        got = ", ".join(t.__name__ for t in seen[0])
+        return (
+            f"a {name} of capture intermediates given to a break reached it at replay as "
+            f"{got}, not as {', '.join(t.__name__ for t in expected)}"
+        )
+    if len(seen) != 1 or not torch.allclose(out, want):
+        return (
+            f"a break given a {name} of capture intermediates read wrong values at replay "
+            f"(called {len(seen)} times)"
+        )
+    return None
+
+
 def _held_problem(held: list[int], config: CheckConfig) -> str | None:
     """Held bytes are a bug only for a target that declares it holds none."""
     if not (config.target.releases_break_arguments and held and max(held) > 0):
@@ -374,7 +478,7 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[Finding]]:
         held: list[int] = []
-        findings: list[Finding] = []
+        found = Findings(NAME, config)
 
         def body(drawn: tuple[list[Program], bool]) -> Finding | None:
             programs, _ = drawn
@@ -383,22 +487,26 @@ def check(config: CheckConfig) -> CheckResult:
                 return None
             return property_finding(NAME, "target-bug", problem, programs[0], config.seed)
 
-        witness = None
-        problem = arguments_as_given_problem(config)
-        if problem is not None:
-            witness = property_finding(NAME, "target-bug", problem)
-        for program in _witnesses(config) if witness is None else ():
-            problem = _witness_problem(program, config, held)
-            if problem is not None:
-                witness = property_finding(NAME, "target-bug", problem, program, config.seed)
-                break
+        found.fixed(arguments_as_given_problem)
+        before = len(found.found)
+        for container in CONTAINERS:
+            found.fixed(functools.partial(container_as_given_problem, container))
+        # Once a container lost its type, the programs that pass containers to breaks would
+        # only show that bug again, as a break failing to read its argument: left out.
+        lost = len(found.found) > before
+        witnesses = [WITNESS] if lost else _witnesses(config)
+        ops = [s for s in default_ops() if s.name not in CONTAINER_OPS] if lost else None
+        for program in witnesses:
+            if found.going:
+                found.examples += 1
+                problem = _witness_problem(program, config, held)
+                if problem is not None:
+                    found.add(property_finding(NAME, "target-bug", problem, program, config.seed))
         strategy = st.tuples(
-            st.lists(program_strategy(config), min_size=2, max_size=3), st.just(True)
+            st.lists(program_strategy(config, ops=ops), min_size=2, max_size=3), st.just(True)
         )
-        budget = max(1, config.examples // COST)
-        examples, found = (0, witness) if witness else search(config, strategy, body, budget)
-        if found is not None:
-            findings.append(found)
+        found.search(strategy, body, max(1, config.examples // COST))
+        examples, findings = found.result()
         if held and max(held) > 0:
             findings.append(
                 property_finding(
@@ -408,7 +516,8 @@ def check(config: CheckConfig) -> CheckResult:
                     "to breaks that the caller dropped (held strongly, not by a non-owning alias)",
                 )
             )
-        findings.append(out_of_order_demonstration(config))
-        return examples + len(_witnesses(config)), findings
+        if found.going:
+            findings.append(out_of_order_demonstration(config))
+        return examples, findings
 
     return timed(NAME, run)

@@ -21,9 +21,9 @@ from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
+    Findings,
     program_strategy,
     property_finding,
-    search,
     timed,
 )
 from verification.properties.runs import ProgramRun, reserved, settle
@@ -85,6 +85,8 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[Finding]]:
+        found = Findings(NAME, config)
+
         def body(program: Program) -> Finding | None:
             problem = repetition_problem(program, config)
             if problem is None:
@@ -93,7 +95,7 @@ def check(config: CheckConfig) -> CheckResult:
 
         strategy = program_strategy(config).filter(lambda p: p.num_breaks > 0)
         # One long run is the point; a few programs cover different break layouts.
-        examples, found = search(config, strategy, body, max(1, min(3, config.examples // 10)))
-        return examples, [found] if found else []
+        found.search(strategy, body, max(1, min(3, config.examples // 10)))
+        return found.result()
 
     return timed(NAME, run)

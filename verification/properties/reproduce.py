@@ -1,8 +1,10 @@
 """Reproducer scripts for property findings, and the entry point they call.
 
-:func:`render` writes a script that binds the target as the finding's target did, spells
-the shrunk program as data and calls :func:`reproduce`, which re-checks that one program
-under the finding's scenario. The script exits 1 while the bug is present and 0 once fixed.
+:func:`render` writes, for a fixed scenario's finding, a script that stands alone (it
+imports only torch and the target); for a drawn program's, a script that binds the target as
+the finding's target did, spells the shrunk program as data and calls :func:`reproduce`,
+which re-checks that one program under the finding's scenario. The script exits 1 while the
+bug is present and 0 once fixed.
 """
 
 from __future__ import annotations
@@ -14,12 +16,22 @@ from typing import Any
 from verification.devices import device_context, resolve_device
 from verification.findings import Finding
 from verification.programs import Program
+from verification.properties import standalone
 from verification.properties.base import CheckConfig
 from verification.targets import Target, load_target
 
 
-def render(finding: Finding, target: Target, kind: str, command: str) -> str:
-    assert finding.program is not None
+def render(finding: Finding, target: Target, kind: str, command: str) -> str | None:
+    """The reproducer script for ``finding``, or None when it has none (no program and no
+    fixed scenario). A fixed scenario's script stands alone (:mod:`.standalone`); a drawn
+    program's calls :func:`reproduce`."""
+    if "fixed" in dict(finding.scenario):
+        try:
+            return standalone.render(finding, target, kind, command)
+        except standalone.NotStandalone:
+            return None
+    if finding.program is None:
+        return None
     import_code = target.import_code or f"import {target.name} as target"
     return (
         f'"""Reproducer for a {finding.check} {finding.kind} finding in target {target.name} '

@@ -55,8 +55,8 @@ from verification.programs import (
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
+    Findings,
     property_finding,
-    search,
     timed,
 )
 from verification.properties.runs import DEFAULT_POOL
@@ -520,14 +520,8 @@ def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[Finding]]:
         # The arguments first: a runner that takes them otherwise than documented would show
         # up as a miscount on a drawn program, which names a symptom, not the argument.
-        problem = arguments_problem(config)
-        if problem is not None:
-            return 1, [property_finding(NAME, "target-bug", problem)]
-
-        for program in FIXED_PROGRAMS:
-            problem = runner_problem(program, config)
-            if problem is not None:
-                return 2, [property_finding(NAME, "target-bug", problem, program, config.seed)]
+        found = Findings(NAME, config)
+        found.fixed(arguments_problem)
 
         def body(program: Program) -> Finding | None:
             problem = runner_problem(program, config)
@@ -535,12 +529,14 @@ def check(config: CheckConfig) -> CheckResult:
                 return None
             return property_finding(NAME, "target-bug", problem, program, config.seed)
 
-        strategy = program_strategy(config)
-        examples, found = search(config, strategy, body, max(1, config.examples // COST))
-        if found is not None:
-            return examples, [found]
-        problem = debug_problem(config)
-        found = None if problem is None else property_finding(NAME, "target-bug", problem)
-        return examples + 2 + len(FIXED_PROGRAMS), [found] if found else []
+        # An argument bug would show again on the programs as a mere miscount.
+        if not found.found:
+            for program in FIXED_PROGRAMS:
+                if found.going:
+                    found.examples += 1
+                    found.add(body(program))
+            found.search(program_strategy(config), body, max(1, config.examples // COST))
+        found.fixed(debug_problem)
+        return found.result()
 
     return timed(NAME, run)

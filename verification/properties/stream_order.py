@@ -22,9 +22,9 @@ from verification.programs import Program
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
+    Findings,
     program_strategy,
     property_finding,
-    search,
     timed,
 )
 from verification.properties.runs import ProgramRun
@@ -130,12 +130,14 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[Finding]]:
+        found = Findings(NAME, config)
         try:
             problem = _judged(config, witness_problem)
         except RaceDetectorMissing as missing:
             return 0, [property_finding(NAME, "harness-error", str(missing))]
+        found.examples += 1
         if problem is not None:
-            return 1, [property_finding(NAME, "target-bug", f"witness: {problem}")]
+            found.add(property_finding(NAME, "target-bug", f"witness: {problem}"))
 
         def body(program: Program) -> Finding | None:
             if not program.num_breaks:
@@ -146,7 +148,7 @@ def check(config: CheckConfig) -> CheckResult:
             return property_finding(NAME, "target-bug", problem, program, config.seed)
 
         strategy = program_strategy(config).filter(lambda p: p.num_breaks > 0)
-        examples, found = search(config, strategy, body, max(1, config.examples // 2))
-        return examples + 1, [found] if found else []
+        found.search(strategy, body, max(1, config.examples // 2))
+        return found.result()
 
     return timed(NAME, run)

@@ -32,9 +32,9 @@ from verification.programs import Program, default_ops
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
+    Findings,
     program_strategy,
     property_finding,
-    search,
     timed,
 )
 from verification.properties.runs import ProgramRun
@@ -378,9 +378,8 @@ def check(config: CheckConfig) -> CheckResult:
     relied: list[Finding] = []
 
     def run() -> tuple[int, list[Finding]]:
-        problem = foreign_add_eager_problem(config)
-        if problem is not None:
-            return 1, [property_finding(NAME, "target-bug", problem)]
+        found = Findings(NAME, config)
+        found.fixed(foreign_add_eager_problem)
 
         def body(drawn: tuple[Program, list[Program], int, int, int]) -> Finding | None:
             program, programs, at, others, mode_index = drawn
@@ -408,7 +407,8 @@ def check(config: CheckConfig) -> CheckResult:
             st.integers(1, 3),
             st.integers(0, len(modes) - 1),
         )
-        examples, found = search(config, strategy, body, max(len(modes), config.examples // 3))
-        return examples, ([found] if found else []) + relied
+        found.search(strategy, body, max(len(modes), config.examples // 3))
+        examples, findings = found.result()
+        return examples, findings + relied
 
     return timed(NAME, run)
