@@ -273,7 +273,7 @@ def test_plugin_costs_nothing_until_used_and_says_so_once_it_is(host):
     quiet.assert_outcomes(passed=1)
     assert "bcg:" not in quiet.stdout.str()
     # A test using a fixture makes it active: the header comes after collection.
-    host.makepyfile(test_two="def test_two(bcg_kind):\n    assert bcg_kind == 'sim'")
+    host.makepyfile(test_two="def test_two(bcg_kind):\n    assert bcg_kind in ('sim', 'cuda')")
     used = _run(host, "-p", "no:xdist", "--bcg-device=sim", "test_two.py")
     used.assert_outcomes(passed=1)
     used.stdout.fnmatch_lines(["bcg: device=sim target=breakable_cudagraph profile=host shard=0/1"])

@@ -107,10 +107,6 @@ def finding_key(finding: Finding) -> tuple[str, str, str]:
     return finding.check, finding.kind, symptom(finding.message)
 
 
-def _same_finding(finding: Finding) -> tuple[Any, ...]:
-    return (*finding_key(finding), repr(finding.program), finding.scenario)
-
-
 def unusable(config: CheckConfig) -> str | None:
     """Why the target cannot be used any more in this process, or None
     (:func:`verification.usable.unusable`)."""
@@ -118,9 +114,11 @@ def unusable(config: CheckConfig) -> str | None:
 
 
 class Findings:
-    """What one check found so far, each finding once (by kind, symptom, program and
-    scenario). Once a failing finding leaves the target unusable, the check takes no more
-    work: whatever followed would report that leftover, not a bug of its own."""
+    """What one check found so far, each bug once: by kind and symptom, so that a fixed
+    scenario and a drawn program showing the same symptom are one finding (on the H200 a
+    fault at the first capture_begin showed twice otherwise). Once a failing finding leaves
+    the target unusable, the check takes no more work: whatever followed would report that
+    leftover, not a bug of its own."""
 
     def __init__(self, prop: str, config: CheckConfig) -> None:
         self.prop = prop
@@ -136,7 +134,7 @@ class Findings:
     def add(self, finding: Finding | None) -> None:
         if finding is None or not self.going:
             return
-        if any(_same_finding(f) == _same_finding(finding) for f in self.found):
+        if any(finding_key(f) == finding_key(finding) for f in self.found):
             return
         self.found.append(finding)
         if finding.fails:

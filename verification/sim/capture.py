@@ -27,6 +27,10 @@ class Capture:
         self.clocks: dict[Any, dict[Any, int]] = {origin: {origin: 0}}
         # What capture_end raises once CUDA has failed the capture (None while it is valid).
         self.error: str | None = None
+        # Whether later launches into the failed capture raise at once. An illegal call does
+        # that on the H200; another capture's allocation fails this one only at its end
+        # (bench/probes/capture_semantics.py, merge_global and concurrent_growth).
+        self.refuses_launches = True
         self.active = True
         origin.capture = self
 
@@ -61,10 +65,14 @@ class Capture:
     def invalid(self) -> bool:
         return self.error is not None
 
-    def invalidate(self, error: str = cuda_errors.INVALIDATED) -> None:
-        """Fails the capture; the first failure decides what ``capture_end`` raises."""
+    def invalidate(
+        self, error: str = cuda_errors.INVALIDATED, refuse_launches: bool = True
+    ) -> None:
+        """Fails the capture; the first failure decides what ``capture_end`` raises, and
+        whether later launches into it raise at once."""
         if self.error is None:
             self.error = error
+            self.refuses_launches = refuse_launches
 
     def finish(self) -> None:
         """Takes every participating stream out of capture mode."""

@@ -372,8 +372,10 @@ def run_on_device(
     if checked and kwargs.get("device") is None:  # factories only read a host tensor's shape
         _check_same_device(func, leaves)
     if capture is not None:
-        if capture.error == cuda_errors.INVALIDATED and not (
-            info.metadata_only or info.writes_no_data
+        if (
+            capture.error == cuda_errors.INVALIDATED
+            and capture.refuses_launches
+            and not (info.metadata_only or info.writes_no_data)
         ):
             # CUDA refuses every launch into a capture it has invalidated.
             raise RuntimeError(cuda_errors.INVALIDATED)

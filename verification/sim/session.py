@@ -73,7 +73,7 @@ class Session:
         if others:
             mine.invalidate(cuda_errors.NOT_PERMITTED)
             for capture in others:
-                capture.invalidate()
+                capture.invalidate(refuse_launches=False)
 
     def _check_reuse(self, block: Any) -> None:
         stream = current_stream()
