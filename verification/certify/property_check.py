@@ -64,6 +64,10 @@ def run_properties(
 def _forked_check(
     name: str, target: Any, kind: str, examples: int, seed: int, cycles: int, conn: Any
 ) -> None:
+    # The OpenMP pool of the parent (made by any parallel CPU op before the fork, fuzz's for
+    # one) does not exist in a forked child: its next parallel op would wait for it forever
+    # (a hang seen certifying SGLang). One thread never touches that pool.
+    torch.set_num_threads(1)
     results = run_properties(name, target, kind, examples, seed, cycles)
     conn.send(json.dumps(to_json(results)))
     conn.close()
