@@ -142,6 +142,7 @@ def render(finding: Finding, target: Target, kind: str, command: str) -> str:
         "        eager_break_during_capture=target.eager_break_during_capture,\n"
         f"        supports_tensor_returns={target.supports_tensor_returns!r},\n"
         f"        releases_break_arguments={target.releases_break_arguments!r},\n"
+        f"        caller_duties={target.caller_duties!r},\n"
         "    )\n"
         f"    config = SimpleNamespace(target=checked, kind={kind!r}, device='cuda', "
         f"seed={finding.seed or 0})\n"
