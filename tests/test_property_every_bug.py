@@ -43,12 +43,13 @@ def _check(variant: str | None, prop: str, kind: str, tmp_path: Path) -> list[tu
         text=True,
         timeout=900,
     )
-    findings = [line.removeprefix("FINDING ") for line in done.stdout.splitlines()]
-    return [
-        (line.split(": ")[1], line.split(": ", 2)[2])
-        for line in findings
-        if line.startswith(f"{prop}: ")
+    # Only the FINDING lines count: each reproducer's docstring repeats its finding's line.
+    findings = [
+        line.removeprefix("FINDING ")
+        for line in done.stdout.splitlines()
+        if line.startswith(f"FINDING {prop}: ")
     ]
+    return [(line.split(": ")[1], line.split(": ", 2)[2]) for line in findings]
 
 
 def _failing(findings: list[tuple[str, str]]) -> list[str]:
