@@ -30,12 +30,23 @@ class PoolMemory:
     outside the pool are remembered too: their tensors are then held strongly for the
     capture's life, so that memory cannot be freed and handed to the pool meanwhile, and a
     break on weights or caches does not pay a snapshot every time.
+
+    ``held`` maps ``id(tensor)`` to ``(tensor, tensor.data_ptr())`` for each plain tensor
+    argument found outside the pool and so held by strong reference: a later break given the
+    same tensor, still at the same address, holds it again without a lookup (most breaks take the same buffers every time,
+    issue 23). The entry keeps the tensor alive, so its id is not reused meanwhile, and holding
+    it again changes no lifetime; a tensor whose storage was swapped since has moved and is
+    looked up afresh. The capture empties it with ``forget_held`` when it closes.
     """
 
     def __init__(self, pool: Any) -> None:
         self._pool = tuple(pool)
         self._ranges: list[tuple[int, int]] = []
         self._outside: set[int] = set()
+        self.held: dict[int, tuple[torch.Tensor, int]] = {}
+
+    def forget_held(self) -> None:
+        self.held = {}
 
     def _refresh(self) -> None:
         self._ranges = [
@@ -124,6 +135,16 @@ def hold_call_arguments(
     (each break pays this at capture, issue #9)."""
     if kwargs or type(args) is not tuple:
         return hold_for_replay((args, kwargs), pool_memory)
+    held = pool_memory.held
+    for arg in args:  # the common case: every tensor already held strongly, not moved since
+        if type(arg) is torch.Tensor:
+            entry = held.get(id(arg))
+            if entry is None or entry[1] != arg.data_ptr():
+                break
+        elif type(arg) not in _FLAT_LEAVES:
+            return hold_for_replay((args, kwargs), pool_memory)
+    else:
+        return args, kwargs
     addresses: list[int | None] = []
     for arg in args:
         if type(arg) is torch.Tensor:
@@ -134,11 +155,15 @@ def hold_call_arguments(
             return hold_for_replay((args, kwargs), pool_memory)
     wanted = [address for address in addresses if address is not None]
     in_pool = pool_memory.addresses_in_pool(wanted) if wanted else None
+    for arg, address in zip(args, addresses):
+        # Only plain tensors that could have been aliased: data_ptr() is safe on them.
+        if address is not None and (not in_pool or address not in in_pool):
+            held[id(arg)] = (arg, arg.data_ptr())
     if not in_pool:
         return args, kwargs
     # One alias per occurrence, as map_tensors makes.
-    held = tuple(
+    aliased = tuple(
         non_owning_alias(arg) if address in in_pool else arg
         for arg, address in zip(args, addresses)
     )
-    return held, kwargs
+    return aliased, kwargs

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from . import thread_state
+from .thread_state import break_target
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -61,8 +61,8 @@ def eager_break_during_capture(fn: F | None = None, *, enable: bool = True) -> A
 
     @functools.wraps(fn)
     def eager_break(*args: Any, **kwargs: Any) -> Any:
-        capture = thread_state.active_capture()
-        if capture is None or thread_state.in_eager_step():
+        capture = break_target()
+        if capture is None:
             return fn(*args, **kwargs)
         return capture._decorated_break(fn, args, kwargs)
 

@@ -24,6 +24,7 @@ from . import collector, thread_state
 from .arguments import PoolMemory, hold_call_arguments, hold_for_replay
 from .segments import EagerStep, GraphSegment, copy_result_back, end_graph
 from .switch import graphs_disabled
+from .thread_state import enter_eager_step, exit_eager_step
 from .trees import tensor_leaves
 
 T = TypeVar("T")
@@ -93,6 +94,37 @@ def _note(exc: BaseException, text: str) -> None:
         exc.add_note(text)
 
 
+# (eager step's call, its capture-time result holds tensors, the step, next graph's launch)
+_PlanEntry = tuple[Callable[[], Any], bool, EagerStep, Callable[[], None] | None]
+
+
+def _launches(graphs: list[Callable[[], None]]) -> Callable[[], None] | None:
+    """One call that launches ``graphs`` in order (None for none)."""
+    if len(graphs) < 2:
+        return graphs[0] if graphs else None
+
+    def launch_all() -> None:  # graphs are never adjacent in a chain; kept correct if they were
+        for launch in graphs:
+            launch()
+
+    return launch_all
+
+
+def _replay_plan(
+    segments: list[GraphSegment | EagerStep],
+) -> tuple[Callable[[], None] | None, list[_PlanEntry]]:
+    """The chain as replay() runs it: the opening graph launch, then one entry per eager step."""
+    head: list[Callable[[], None]] = []
+    steps: list[tuple[EagerStep, list[Callable[[], None]]]] = []
+    for segment in segments:
+        if isinstance(segment, GraphSegment):
+            (steps[-1][1] if steps else head).append(segment.graph.replay)
+        else:
+            steps.append((segment, []))
+    plan = [(step.call, step.returns_tensors, step, _launches(after)) for step, after in steps]
+    return _launches(head), plan
+
+
 class BreakableCUDAGraphCapture:
     """Capture a region as CUDA graph segments separated by eager steps; replay it later.
 
@@ -128,11 +160,13 @@ class BreakableCUDAGraphCapture:
         self._requested_stream = stream
         self._state = _State.NEW
         self._segments: list[GraphSegment | EagerStep] = []
-        # What replay() calls, bound once when the capture closes: the first graph's launch,
-        # if the chain starts with a graph, then per segment the call and the eager step
-        # whose result it must check (None for a graph).
+        # What replay() calls, bound once when the capture closes: the launch of the graph
+        # that opens the chain, if any, then per eager step its call, whether its
+        # capture-time result holds tensors, the step itself (for its result's check) and the
+        # launch of the graph that follows it, if any. One entry per break rather than per
+        # segment: replay runs this loop once per break (issue 23).
         self._replay_head: Callable[[], None] | None = None
-        self._replay_plan: list[tuple[Callable[[], Any], EagerStep | None]] = []
+        self._replay_plan: list[_PlanEntry] = []
         # Empty graphs are kept until the capture closes: resetting one mid-capture could drop
         # the pool's last user while the pool still has live allocations.
         self._empty_graphs: list[torch.cuda.CUDAGraph] = []
@@ -248,16 +282,11 @@ class BreakableCUDAGraphCapture:
             raise
         self._close_streams()
         self._resume_collector()
+        self._pool_memory.forget_held()
         thread_state.set_active_capture(None)
         self._state = _State.CAPTURED
+        self._replay_head, self._replay_plan = _replay_plan(self._segments)
         self._settle_empty_graphs()
-        plan = [
-            (s.graph.replay, None) if isinstance(s, GraphSegment) else (s.call, s)
-            for s in self._segments
-        ]
-        if plan and plan[0][1] is None:
-            self._replay_head = plan.pop(0)[0]
-        self._replay_plan = plan
         return False
 
     # ---- breaks ------------------------------------------------------------------------------
@@ -298,11 +327,11 @@ class BreakableCUDAGraphCapture:
                 "eager breaks need this capture open in this thread; call inside `with capture:`"
             )
         if self._state is _State.EAGER or thread_state.in_eager_step():
-            thread_state.enter_eager_step()
+            enter_eager_step()
             try:
                 return fn(*args, **kwargs)
             finally:
-                thread_state.exit_eager_step()
+                exit_eager_step()
         return self._captured_break(fn, args, kwargs, hold_arguments)
 
     def _decorated_break(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: Any) -> T:
@@ -323,11 +352,11 @@ class BreakableCUDAGraphCapture:
         try:
             # enter/exit rather than a generator-based context manager, which costs more than
             # the rest of the bookkeeping (issue #9).
-            thread_state.enter_eager_step()
+            enter_eager_step()
             try:
                 result = fn(*args, **kwargs)
             finally:
-                thread_state.exit_eager_step()
+                exit_eager_step()
             self._record_step(fn, args, kwargs, result, hold_arguments)
         except BaseException as exc:
             self._eager_step_error = exc
@@ -351,7 +380,10 @@ class BreakableCUDAGraphCapture:
             )
         if hold_arguments and (args or kwargs):
             args, kwargs = hold_call_arguments(args, kwargs, self._pool_memory)
-            call: Callable[[], Any] = functools.partial(fn, *args, **kwargs)
+            # Without an empty keyword dict the partial is a little cheaper to make.
+            call: Callable[[], Any] = (
+                functools.partial(fn, *args, **kwargs) if kwargs else functools.partial(fn, *args)
+            )
         else:
             call = fn
         # Most breaks return None: skip the tree walk of holding a result (capture cost, #9).
@@ -372,16 +404,19 @@ class BreakableCUDAGraphCapture:
         head = self._replay_head
         if head is not None:
             head()
-        if not self._replay_plan:
+        plan = self._replay_plan
+        if not plan:
             return
-        thread_state.enter_eager_step()
+        enter_eager_step()
         try:
-            for call, step in self._replay_plan:
+            for call, returns_tensors, step, launch in plan:
                 result = call()
-                if step is not None and (result is not None or step.returns_tensors):
+                if result is not None or returns_tensors:
                     copy_result_back(step.name, step.static_result, result)
+                if launch is not None:
+                    launch()
         finally:
-            thread_state.exit_eager_step()
+            exit_eager_step()
 
     def reset(self) -> None:
         """Free the graphs and drop every held reference; the capture can no longer replay."""
@@ -421,6 +456,8 @@ class BreakableCUDAGraphCapture:
     def _settle_empty_graphs(self) -> None:
         # With no real graph left, one empty graph stays as the pool's user so memory that
         # eager steps alias is not released; otherwise empty graphs are freed now.
+        if not self._empty_graphs:
+            return
         keep = 0 if self.num_graphs else 1
         for graph in self._empty_graphs[keep:]:
             graph.reset()
@@ -466,6 +503,7 @@ class BreakableCUDAGraphCapture:
         finally:
             self._empty_graphs.clear()
             self._segments.clear()
+            self._pool_memory.forget_held()
             self._resume_collector()
             thread_state.set_active_capture(None)
             self._state = _State.FAILED

@@ -56,16 +56,21 @@ def _capture_end_recording(graph: torch.cuda.CUDAGraph) -> list[warnings.Warning
     caught: list[warnings.WarningMessage] = []
     module = warnings
     filters, showwarning, impl = module.filters, module.showwarning, module._showwarnmsg_impl
+    # A showwarning the caller replaced would be called instead of the recorder; the usual
+    # one is left in place (one swap less per segment, issue 23).
+    replaced = showwarning is not module._showwarning_orig
     module.filters = [_ALWAYS]
     module._filters_mutated()
     module._showwarnmsg_impl = caught.append
-    module.showwarning = module._showwarning_orig
+    if replaced:
+        module.showwarning = module._showwarning_orig
     try:
         graph.capture_end()
     finally:
         module.filters = filters
         module._filters_mutated()
-        module.showwarning = showwarning
+        if replaced:
+            module.showwarning = showwarning
         module._showwarnmsg_impl = impl
     return caught
 
@@ -85,6 +90,9 @@ def end_graph(graph: torch.cuda.CUDAGraph) -> bool:
 
 class GraphSegment:
     """One captured, non-empty CUDA graph of the chain."""
+
+    # Slots: one is made per break at capture, and a slotted object is quicker to make.
+    __slots__ = ("graph",)
 
     def __init__(self, graph: torch.cuda.CUDAGraph) -> None:
         self.graph: torch.cuda.CUDAGraph | None = graph
@@ -109,6 +117,8 @@ class GraphSegment:
 
 class EagerStep:
     """One eager break: ``call()`` runs the user function on the held arguments."""
+
+    __slots__ = ("call", "name", "returns_tensors", "static_result")  # as GraphSegment's
 
     def __init__(self, name: str, call: Callable[[], Any], static_result: Any) -> None:
         self.name = name

@@ -10,12 +10,31 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-_state = threading.local()
+
+class _ThreadState(threading.local):
+    # Class-level defaults: a thread that has set nothing reads them without the AttributeError
+    # that getattr's default would otherwise catch, which cost more than the rest of a
+    # decorated call's check (issue 23). getattr stays below for a plain namespace put in
+    # ``_state``'s place (verification/planted).
+    capture: Any = None
+    eager_depth: int = 0
+
+
+_state = _ThreadState()
 
 
 def active_capture() -> Any | None:
     """The capture open in this thread, or None."""
     return getattr(_state, "capture", None)
+
+
+def break_target() -> Any | None:
+    """The capture a decorated call made now must break: the one open in this thread, or None
+    when there is none or an eager step is running (the call then runs inline)."""
+    state = _state
+    if getattr(state, "eager_depth", 0) > 0:
+        return None
+    return getattr(state, "capture", None)
 
 
 def set_active_capture(capture: Any | None) -> None:
