@@ -103,6 +103,7 @@ def main(name):
         os.close(result_read)
         os.close(stderr_read)
         os.dup2(stderr_write, 2)
+        torch.set_num_threads(1)  # a parent's OpenMP pool does not survive the fork
         outcome, code = "passed", 0
         try:
             scenario(name)
