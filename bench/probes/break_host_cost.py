@@ -22,7 +22,13 @@ from typing import Any
 import torch
 
 import breakable_cudagraph as bcg
-from bench.transformer import Config, HostLengths, TinyDecoder, host_varlen_attention
+from bench.transformer import (
+    Config,
+    HostLengths,
+    TinyDecoder,
+    _synced_times,
+    host_varlen_attention,
+)
 
 
 def _host_us(fn: Callable[[], Any], n: int = 200) -> float:
@@ -38,14 +44,7 @@ def _host_us(fn: Callable[[], Any], n: int = 200) -> float:
 
 
 def _synced_us(fn: Callable[[], Any], n: int = 200) -> float:
-    times = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+    return statistics.median(_synced_times(fn, n)) * 1e6
 
 
 def _noop_attention(q, k, v, lengths, out) -> None:
