@@ -115,13 +115,18 @@ def _replay_plan(
 ) -> tuple[Callable[[], None] | None, list[_PlanEntry]]:
     """The chain as replay() runs it: the opening graph launch, then one entry per eager step."""
     head: list[Callable[[], None]] = []
+    graphs = head  # the launches that follow the last eager step seen
     steps: list[tuple[EagerStep, list[Callable[[], None]]]] = []
     for segment in segments:
         if isinstance(segment, GraphSegment):
-            (steps[-1][1] if steps else head).append(segment.graph.replay)
+            graphs.append(segment.graph.replay)
         else:
-            steps.append((segment, []))
-    plan = [(step.call, step.returns_tensors, step, _launches(after)) for step, after in steps]
+            graphs = []
+            steps.append((segment, graphs))
+    plan = [
+        (step.call, step.returns_tensors, step, after[0] if len(after) == 1 else _launches(after))
+        for step, after in steps
+    ]
     return _launches(head), plan
 
 
