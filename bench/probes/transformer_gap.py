@@ -7,7 +7,7 @@ attention break called alone (the SDPA call and its views, no sync), the library
 per break (a replay whose breaks do nothing, against one full graph of the same body), and
 the GPU time of one full graph; then the replay under ``torch.profiler`` with the CPU time of
 the ops run inside breaks. One JSON line per batch.
-Run on a GPU machine: ``python -m bench.probes.break_host_cost``.
+Run on a GPU machine: ``python -m bench.probes.transformer_gap``.
 """
 
 from __future__ import annotations
