@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.test_oracle import OPS, TWO_BREAKS
+from tests.oracle_programs import OPS, TWO_BREAKS
 from verification.certify.run import CheckResult
 from verification.contracts import declared_contract, get_contract
 from verification.errors import UsageError

@@ -8,6 +8,7 @@ import gc
 import weakref
 from typing import NamedTuple
 
+import pytest
 import torch
 
 from breakable_cudagraph import BreakableCUDAGraphCapture, eager_break_during_capture
@@ -171,3 +172,136 @@ def test_capture_intermediate_returned_in_place_is_not_retained(bcg_device: str)
     x.fill_(1.0)
     capture.replay()
     assert torch.equal(z, torch.full_like(z, 9.0))
+
+
+@eager_break_during_capture
+def copy_into(out: torch.Tensor, src: torch.Tensor) -> None:
+    out.copy_(src)
+
+
+def test_conj_view_made_in_the_pool_keeps_its_conj_bit_at_replay(bcg_device: str) -> None:
+    x = torch.zeros(3, dtype=torch.complex64, device=bcg_device)
+    out = torch.empty_like(x)
+    with BreakableCUDAGraphCapture() as capture:
+        copy_into(out, (x * 1).conj())
+    x.copy_(torch.tensor([1 + 2j, 3 - 1j, -2j], device=bcg_device))
+    capture.replay()
+    assert torch.equal(out, x.conj())
+
+
+def test_one_byte_pool_tensor_passed_to_a_break_is_not_owned_by_the_capture(
+    bcg_device: str,
+) -> None:
+    # The smallest real storage is still pool memory: only empty storages are held strongly.
+    x = torch.zeros(1, dtype=torch.uint8, device=bcg_device)
+    out = torch.zeros_like(x)
+    with BreakableCUDAGraphCapture() as capture:
+        y = x + 1
+        copy_into(out, y)
+    probe = weakref.ref(y)
+    del y
+    gc.collect()
+    assert probe() is None
+    x.fill_(4)
+    capture.replay()
+    assert out.item() == 5
+
+
+def test_add_eager_call_holds_pool_arguments_without_owning_them(bcg_device: str) -> None:
+    # add_eager_call holds its arguments as the decorator does: a capture intermediate it was
+    # given dies with the caller's last reference, and replay still reads its memory.
+    x = torch.zeros(64, device=bcg_device)
+    out = torch.zeros_like(x)
+    with BreakableCUDAGraphCapture() as capture:
+        y = x + 1
+        capture.add_eager_call(out.copy_, (y,), {})
+    probe = weakref.ref(y)
+    del y
+    gc.collect()
+    assert probe() is None
+    x.fill_(4)
+    capture.replay()
+    assert torch.equal(out, torch.full_like(out, 5))
+
+
+@pytest.mark.gpu  # the simulator has no sparse device tensors
+def test_sparse_tensor_given_to_a_break_is_held_as_it_is(bcg_device: str) -> None:
+    # A sparse tensor has no storage to alias: asking for one raises, so it must be held.
+    indices = torch.tensor([[0, 2]], device=bcg_device)
+    sparse = torch.sparse_coo_tensor(indices, torch.ones(2, device=bcg_device), (4,))
+    out = torch.zeros(4, device=bcg_device)
+
+    @eager_break_during_capture
+    def densify(s: torch.Tensor, o: torch.Tensor) -> None:
+        o.copy_(s.to_dense())
+
+    with BreakableCUDAGraphCapture() as capture:
+        densify(sparse, out)
+    out.zero_()
+    capture.replay()
+    assert out.tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
+def test_pool_memory_ranges_include_the_segment_start_and_exclude_its_end(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On a GPU another pool's segment can start exactly where this pool's segment ends; a
+    # tensor there is not pool memory and must be held strongly, not by a non-owning alias.
+    from breakable_cudagraph.arguments import PoolMemory
+
+    pool = (7, 0)
+    segments = [
+        {"address": 4096, "total_size": 2048, "segment_pool_id": pool},
+        {"address": 6144, "total_size": 2048, "segment_pool_id": (0, 0)},
+    ]
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: segments)
+    memory = PoolMemory(pool)
+    assert memory.addresses_in_pool([4095, 4096, 5000, 6143, 6144]) == {4096, 5000, 6143}
+
+
+def test_object_with_a_fields_attribute_that_is_no_tuple_is_a_leaf(bcg_device: str) -> None:
+    # Only tuples with _fields are namedtuples; other objects (ast nodes, records) are held
+    # whole, as any non-container argument.
+    class Record:
+        _fields = ("value",)
+
+        def __init__(self, value: torch.Tensor) -> None:
+            self.value = value
+
+    @eager_break_during_capture
+    def copy_from_record(out: torch.Tensor, record: Record) -> None:
+        out.copy_(record.value)
+
+    x = torch.ones(2, device=bcg_device)
+    out = torch.empty_like(x)
+    with BreakableCUDAGraphCapture() as capture:
+        copy_from_record(out, Record(x))
+    x.fill_(5)
+    capture.replay()
+    assert torch.equal(out, x)
+
+
+class _Marked(torch.Tensor):
+    """A tensor subclass, as models carry (quantized or distributed tensor wrappers)."""
+
+
+def test_tensor_subclass_made_in_the_pool_reaches_the_break_as_it_was_given(
+    bcg_device: str,
+) -> None:
+    # Only plain tensors are aliased: an alias of a subclass would lose what the subclass
+    # carries (here a Python attribute), so a subclass is held as it is.
+    x = torch.ones(4, device=bcg_device)
+    out = torch.empty_like(x)
+    seen: list[tuple[type, object]] = []
+
+    @eager_break_during_capture
+    def record(t: torch.Tensor) -> None:
+        seen.append((type(t), getattr(t, "tag", None)))
+        out.copy_(t.as_subclass(torch.Tensor))
+
+    with BreakableCUDAGraphCapture() as capture:
+        marked = (x * 2).as_subclass(_Marked)
+        marked.tag = "scale 2"
+        record(marked)
+    capture.replay()
+    assert seen == [(_Marked, "scale 2")] * 2

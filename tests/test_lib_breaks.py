@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import pytest
 import torch
 
 from breakable_cudagraph import BreakableCUDAGraphCapture, eager_break_during_capture
+from breakable_cudagraph.segments import EagerStep
 
 
 @eager_break_during_capture
@@ -230,3 +232,109 @@ def test_shape_change_of_returned_tensor_at_replay_raises(bcg_device: str) -> No
     sizes[0] = 5
     with pytest.raises(RuntimeError, match="same shape and dtype"):
         capture.replay()
+
+
+@eager_break_during_capture
+def copy_into(out: torch.Tensor, src: torch.Tensor) -> None:
+    out.copy_(src)
+
+
+def test_break_without_tensor_arguments_is_recorded_and_replayed(bcg_device: str) -> None:
+    calls: list[int] = []
+
+    @eager_break_during_capture
+    def note(log: list[int], value: int) -> None:
+        log.append(value)
+
+    with BreakableCUDAGraphCapture() as capture:
+        note(calls, 7)
+    capture.replay()
+    assert calls == [7, 7]
+
+
+def test_eager_steps_are_named_by_qualname_else_by_repr(bcg_device: str) -> None:
+    x = torch.ones(2, device=bcg_device)
+    out = torch.empty_like(x)
+    unnamed = functools.partial(copy_into, out)  # a partial has no __qualname__
+    with BreakableCUDAGraphCapture() as capture:
+        copy_into(out, x)
+        capture.add_eager(lambda: None)
+        capture.add_eager_call(unnamed, (x,), {})
+    names = [step.name for step in capture.segments if isinstance(step, EagerStep)]
+    assert names == [
+        "copy_into",
+        "test_eager_steps_are_named_by_qualname_else_by_repr.<locals>.<lambda>",
+        repr(unnamed),
+    ]
+
+
+@pytest.mark.parametrize("at_capture", ["tensor", "none"])
+def test_break_returning_tensors_at_one_time_only_raises_at_replay(
+    bcg_device: str, at_capture: str
+) -> None:
+    # A break that returned a tensor at capture must return one at replay, and one that
+    # returned None must keep doing so: later graphs read the capture-time result.
+    x = torch.ones(2, device=bcg_device)
+    first = [True]
+
+    @eager_break_during_capture
+    def sometimes_a_tensor(t: torch.Tensor) -> torch.Tensor | None:
+        returns_tensor = first[0] == (at_capture == "tensor")
+        first[0] = False
+        return t * 2 if returns_tensor else None
+
+    with BreakableCUDAGraphCapture() as capture:
+        sometimes_a_tensor(x)
+    with pytest.raises(RuntimeError, match=r"returned \d tensors at replay but \d at capture"):
+        capture.replay()
+
+
+def test_break_returning_its_result_in_another_layout_at_replay_is_copied_not_kept(
+    bcg_device: str,
+) -> None:
+    # The same memory in another layout is not the capture-time result: the library copies
+    # it back. On a GPU torch refuses that copy (the two overlap); the simulator makes it.
+    square = torch.arange(4.0, device=bcg_device).reshape(2, 2)
+    calls = [0]
+
+    @eager_break_during_capture
+    def square_or_transposed() -> torch.Tensor:
+        calls[0] += 1
+        return square if calls[0] == 1 else square.t()
+
+    with BreakableCUDAGraphCapture() as capture:
+        square_or_transposed()
+    try:
+        capture.replay()
+    except RuntimeError as error:
+        assert "single memory location" in str(error)
+    else:  # the simulator's overlapping copy gives order-dependent values, but not these
+        assert not torch.equal(square, torch.arange(4.0, device=bcg_device).reshape(2, 2))
+
+
+@pytest.mark.parametrize("at_capture", ["tensor", "none"])
+def test_replaying_segment_by_segment_checks_what_each_break_returns(
+    bcg_device: str, at_capture: str
+) -> None:
+    # capture.segments are public and each replays on its own, as the chain does.
+    x = torch.ones(4, device=bcg_device)
+    returns = {"value": at_capture}
+
+    @eager_break_during_capture
+    def sometimes(t: torch.Tensor) -> torch.Tensor | None:
+        return t * 3 if returns["value"] == "tensor" else None
+
+    with BreakableCUDAGraphCapture() as capture:
+        y = x + 1
+        got = sometimes(y)
+        z = (got if got is not None else y) * 2
+    x.fill_(2.0)
+    for segment in capture.segments:
+        segment.replay()
+    if at_capture == "tensor":
+        assert torch.equal(z, torch.full_like(x, 18.0))
+    returns["value"] = "none" if at_capture == "tensor" else "tensor"
+    steps = capture.segments
+    with pytest.raises(RuntimeError, match="returned"):
+        for segment in steps:
+            segment.replay()

@@ -1,4 +1,5 @@
-"""Tests for BreakableCUDAGraphCapture: segment chains, streams, pools, empty graphs, aborts."""
+"""Tests for BreakableCUDAGraphCapture: segment chains, streams, pools, empty graphs, aborts,
+and the collector paused while a capture is open."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 import torch
 
 import breakable_cudagraph as bcg
-from breakable_cudagraph import BreakableCUDAGraphCapture
+from breakable_cudagraph import BreakableCUDAGraphCapture, eager_break_during_capture
+from breakable_cudagraph.segments import EagerStep
 
 
 def _plus_one(t: torch.Tensor) -> torch.Tensor:
@@ -375,3 +377,233 @@ def test_random_ops_work_after_an_invalidated_capture(bcg_device: str) -> None:
         x * 2
         torch.cuda.synchronize()
     assert torch.rand(4, device=bcg_device).shape == (4,)
+
+
+@eager_break_during_capture
+def copy_into(out: torch.Tensor, src: torch.Tensor) -> None:
+    out.copy_(src)
+
+
+def test_all_empty_capture_keeps_its_pool_for_the_buffers_its_breaks_use(bcg_device: str) -> None:
+    x = torch.full((256,), 3.0, device=bcg_device)
+    out = torch.empty_like(x)
+    filled: list[bool] = []
+
+    @eager_break_during_capture
+    def fill_once(table: torch.Tensor) -> None:  # a lazily built table, written once
+        if not filled:
+            table.copy_(x)
+            filled.append(True)
+
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        table = torch.empty_like(x)  # pool memory; no kernel, so every segment is empty
+        fill_once(table)
+        copy_into(out, table)
+    del table
+    assert capture.num_graphs == 0
+    # A later capture empties the allocator's cache: the pool must survive it, so the
+    # table the breaks still read keeps what was written into it.
+    with BreakableCUDAGraphCapture():
+        torch.full((256,), 5.0, device=bcg_device)
+    capture.replay()
+    assert torch.equal(out, torch.full_like(x, 3.0))
+
+
+def test_failing_capture_begin_on_entry_aborts_and_next_capture_works(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_begin = torch.cuda.CUDAGraph.capture_begin
+    before = torch.cuda.current_stream()
+
+    def fail(self: torch.cuda.CUDAGraph, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("capture_begin failed")
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", fail)
+    with pytest.raises(RuntimeError, match="capture_begin failed"):
+        with BreakableCUDAGraphCapture():
+            pass
+    assert BreakableCUDAGraphCapture.current() is None
+    assert torch.cuda.current_stream() == before
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_begin", real_begin)
+    x = torch.ones(2, device=bcg_device)
+    with BreakableCUDAGraphCapture() as capture:
+        y = x * 2
+    capture.replay()
+    assert torch.equal(y, torch.full_like(x, 2.0))
+
+
+def test_add_eager_from_another_thread_is_refused(bcg_device: str) -> None:
+    errors: list[BaseException] = []
+    with BreakableCUDAGraphCapture() as capture:
+
+        def other_thread() -> None:
+            try:
+                capture.add_eager(lambda: None)
+            except RuntimeError as error:
+                errors.append(error)
+
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert len(errors) == 1 and "this thread" in str(errors[0])
+    assert capture.num_eager_breaks == 0
+
+
+@pytest.mark.parametrize("caller_filter", ["error", "ignore", "default"])
+def test_empty_graphs_are_dropped_silently_whatever_the_callers_warning_filter(
+    bcg_device: str, caller_filter: str
+) -> None:
+    x = torch.ones(2, device=bcg_device)
+    out = torch.empty_like(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter(caller_filter)
+        with BreakableCUDAGraphCapture() as capture:
+            copy_into(out, x)  # breaks first and last: both segments are empty
+            y = out * 2
+            copy_into(out, y)
+    assert capture.num_graphs == 1 and capture.num_eager_breaks == 2
+    assert not [w for w in caught if "empty" in str(w.message)]
+
+
+def test_other_warnings_from_capture_end_reach_the_caller(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_end = torch.cuda.CUDAGraph.capture_end
+
+    def warning_end(self: torch.cuda.CUDAGraph) -> None:
+        warnings.warn("from capture_end", UserWarning, stacklevel=1)
+        real_end(self)
+
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", warning_end)
+    x = torch.ones(2, device=bcg_device)
+    with pytest.warns(UserWarning, match="from capture_end"):
+        with BreakableCUDAGraphCapture():
+            x * 2
+
+
+def _pool_bytes(pool: tuple[int, int]) -> int:
+    """Bytes the allocator holds in ``pool``'s segments."""
+    return sum(
+        int(segment["total_size"])
+        for segment in torch.cuda.memory_snapshot()
+        if tuple(segment.get("segment_pool_id") or ()) == tuple(pool)
+    )
+
+
+def test_graph_whose_capture_end_raised_gives_its_pool_back_on_abort(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failed graph is reset by the abort, not left to the garbage collector: the
+    # exception's traceback still references it while the caller handles the error. The
+    # pool's own segments are measured: on the H200 the first capture of a process also
+    # reserves 2 MiB outside any graph pool, for the CUDA generator's graph state.
+    real_end = torch.cuda.CUDAGraph.capture_end
+
+    def failing_end(self: torch.cuda.CUDAGraph) -> None:
+        real_end(self)
+        raise RuntimeError("capture_end failed")
+
+    x = torch.ones(1 << 16, device=bcg_device)
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", failing_end)
+    with pytest.raises(RuntimeError, match="capture_end failed") as info:
+        with BreakableCUDAGraphCapture() as capture:
+            x * 2  # pool memory the graph uses; the tensor itself dies at once
+            assert _pool_bytes(capture.pool) > 0
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "capture_end", real_end)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert info.value is not None  # the traceback is alive here
+    assert _pool_bytes(capture.pool) == 0
+
+
+def test_reset_releases_segments_the_caller_still_holds(bcg_device: str) -> None:
+    # reset() frees the graphs and drops the held arguments even when the caller kept the
+    # segment objects (capture.segments): their memory goes back and they cannot replay.
+    x = torch.ones(1 << 16, device=bcg_device)
+    out = torch.empty_like(x)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    reserved = torch.cuda.memory_reserved()
+    with BreakableCUDAGraphCapture() as capture:
+        copy_into(out, (x * 2).sum().expand_as(x))
+        out.add_(1)
+    steps = capture.segments
+    assert capture.num_graphs == 2 and capture.num_eager_breaks == 1
+    capture.reset()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    assert torch.cuda.memory_reserved() == reserved
+    step = next(s for s in steps if isinstance(s, EagerStep))
+    with pytest.raises(RuntimeError, match="released"):
+        step.replay()
+
+
+def test_chain_opening_with_a_break_replays_its_fresh_result_into_the_graph_after_it(
+    bcg_device: str,
+) -> None:
+    # Replay binds the first graph's launch ahead of the rest of the chain; a chain that opens
+    # with an eager step must still have that step's result checked and copied back.
+    x = torch.ones(4, device=bcg_device)
+
+    @eager_break_during_capture
+    def doubled(t: torch.Tensor) -> torch.Tensor:
+        return t * 2
+
+    with BreakableCUDAGraphCapture() as capture:
+        y = doubled(x)
+        out = y + 1
+    assert (capture.num_eager_breaks, capture.num_graphs) == (1, 1)
+    x.fill_(5.0)
+    capture.replay()
+    assert torch.equal(out, torch.full_like(x, 11.0))
+
+
+def test_collector_is_off_while_a_capture_is_open_and_back_after_it_closes(
+    bcg_device: str,
+) -> None:
+    # Freeing a captured graph inside an open capture breaks it on a GPU
+    # (test_graph_semantics.py); the collector frees graphs held in cycles at any allocation.
+    x = torch.ones(4, device=bcg_device)
+    seen: list[bool] = []
+    assert gc.isenabled()
+    with BreakableCUDAGraphCapture():
+        seen.append(gc.isenabled())
+        x * 2
+    seen.append(gc.isenabled())
+    with pytest.raises(ValueError):
+        with BreakableCUDAGraphCapture():
+            seen.append(gc.isenabled())
+            raise ValueError("abort")
+    seen.append(gc.isenabled())
+    with BreakableCUDAGraphCapture(enabled=False):
+        seen.append(gc.isenabled())  # nothing is captured, nothing to protect
+    assert seen == [False, True, False, True, True]
+
+
+def test_collector_stays_off_until_the_last_of_two_threads_captures_closes(
+    bcg_device: str,
+) -> None:
+    x = torch.ones(4, device=bcg_device)
+    opened, release = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def other_thread() -> None:
+        try:
+            with BreakableCUDAGraphCapture(capture_error_mode="thread_local"):
+                x + 1
+                opened.set()
+                release.wait(30)
+        except BaseException as error:  # reported to the main thread
+            errors.append(error)
+            opened.set()
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    opened.wait(30)
+    with BreakableCUDAGraphCapture(capture_error_mode="thread_local"):
+        x * 2
+    still_off = not gc.isenabled()
+    release.set()
+    thread.join(30)
+    assert not errors and still_off and gc.isenabled()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -97,3 +99,30 @@ def test_disabled_runner_calls_fn_each_time_with_same_static_objects(
     assert second is first
     assert torch.equal(second, torch.full_like(second, 7.0))
     assert len(calls) == 2 and calls[0] == calls[1]  # same static input buffer each time
+
+
+def test_disabled_capture_restores_the_callers_stream(bcg_device: str) -> None:
+    caller = torch.cuda.Stream()
+    with torch.cuda.stream(caller):
+        with BreakableCUDAGraphCapture(enabled=False):
+            assert torch.cuda.current_stream() != caller
+        assert torch.cuda.current_stream() == caller
+
+
+def test_decorator_takes_enable_only_by_keyword(bcg_device: str) -> None:
+    with pytest.raises(TypeError):
+        eager_break_during_capture(len, False)  # type: ignore[call-overload]
+
+
+def test_a_disabled_capture_that_raises_leaves_the_collector_pause_balanced(
+    bcg_device: str,
+) -> None:
+    x = torch.ones(4, device=bcg_device)
+    with pytest.raises(ValueError):
+        with BreakableCUDAGraphCapture(enabled=False):
+            raise ValueError("abort")
+    seen: list[bool] = []
+    with BreakableCUDAGraphCapture():
+        seen.append(gc.isenabled())
+        x * 2
+    assert seen == [False] and gc.isenabled()

@@ -199,3 +199,42 @@ def test_runner_with_graphs_disabled_refreshes_an_expanded_output(bcg_device: st
     again = runner(torch.ones((), device=bcg_device))
     assert again is first
     assert torch.equal(again, torch.exp(torch.ones(2, device=bcg_device)))
+
+
+def test_runner_captures_again_when_only_a_keyword_value_changes(bcg_device: str) -> None:
+    def scaled(x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        return x * scale
+
+    runner = BreakableGraphRunner(scaled)
+    x = torch.ones(3, device=bcg_device)
+    assert torch.equal(runner(x, scale=3.0), torch.full_like(x, 3.0))
+    assert torch.equal(runner(x, scale=5.0), torch.full_like(x, 5.0))
+    assert len(runner.captures) == 2
+
+
+def test_runner_defaults_warm_up_once_and_do_not_check_addresses(bcg_device: str) -> None:
+    calls: list[int] = []
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return x + 1
+
+    runner = BreakableGraphRunner(fn)
+    out = runner(torch.ones(2, device=bcg_device))
+    assert len(calls) == 2  # one warm-up, one capture
+    out.set_(torch.zeros(2, device=bcg_device))  # debug=True would raise on this move
+    runner(torch.ones(2, device=bcg_device))
+
+
+@pytest.mark.parametrize("warmup", [True, -1, 1.5])
+def test_runner_rejects_a_warmup_that_is_not_a_count(bcg_device: str, warmup: object) -> None:
+    with pytest.raises(ValueError, match="warmup must be an int"):
+        BreakableGraphRunner(lambda x: x, warmup=warmup)  # type: ignore[arg-type]
+
+
+def test_runner_takes_fn_by_position_or_keyword_and_its_options_only_by_keyword(
+    bcg_device: str,
+) -> None:
+    assert BreakableGraphRunner(fn=torch.neg).fn is torch.neg
+    with pytest.raises(TypeError):
+        BreakableGraphRunner(torch.neg, 2)  # type: ignore[misc]
