@@ -19,7 +19,7 @@ from verification.programs import Program, Step
 from verification.report import render_reproducer
 from verification.targets import load_target
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_script(path: Path) -> subprocess.CompletedProcess[str]:

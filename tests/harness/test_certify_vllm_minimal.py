@@ -17,7 +17,7 @@ import pytest
 import verification.properties  # noqa: F401 - registers the property checks' finding kinds
 from verification.findings import about_target
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.sim

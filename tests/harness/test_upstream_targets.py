@@ -17,7 +17,7 @@ import torch
 from verification.errors import UsageError
 from verification.targets import load_target, upstream
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VLLM_FILE = "vllm/compilation/breakable_cudagraph.py"
 SGLANG_DIR = "sglang/srt/model_executor/runner_backend_utils/breakable_cuda_graph"
 

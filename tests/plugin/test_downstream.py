@@ -24,7 +24,7 @@ import torch
 
 from verification.plugin.shard import Shard
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = (
     "pyproject.toml",
     "README.md",

@@ -15,7 +15,7 @@ import pytest
 
 from verification.targets.upstream import TARGET_PATH_ENV
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REPRODUCERS = ROOT / "results" / "upstream" / "reproducers"
 # Which engines each reproducer shows a bug in (results/upstream/README.md).
 FAILS_ON = {

@@ -57,7 +57,7 @@ def test_terminal_draws_a_bar_per_step_with_count_unit_and_rate():
 
 
 def test_a_piped_fuzz_run_prints_no_progress(tmp_path):
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-m", "verification", "fuzz", "--device", "sim", "--examples", "2"],
         cwd=root, env={**os.environ, "PYTHONPATH": str(root)},

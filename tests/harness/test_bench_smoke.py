@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench import targets
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_quick_benchmark_runs_on_the_simulator_and_writes_its_results(tmp_path: Path) -> None:

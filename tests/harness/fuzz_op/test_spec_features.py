@@ -22,7 +22,7 @@ from verification.userops.campaign import load_user_ops, op_campaign
 from verification.userops.contract import Case, check_declared_writes, diagnose, materialize
 from verification.userops.spec import BreakOpSpec, LoadedSpec, TensorArg, load_spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize("name", list(FAULTY_FEATURES))

@@ -21,7 +21,7 @@ from verification.userops.contract import diagnose
 from verification.userops.programs import POSITIONS, break_positions, op_programs, user_op
 from verification.userops.spec import load_spec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ("examples.varlen_attention:SPEC", "examples.masked_compaction:SPEC")
 
 

@@ -16,7 +16,7 @@ from verification.certify.property_check import run_properties
 from verification.planted.check_targets import VARIANTS, build
 from verification.targets import load_target
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 CI_CYCLES = 30
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -79,7 +80,7 @@ def test_child_killed_by_a_signal_is_a_crash_finding(tmp_path, bcg_kind, monkeyp
         "class BreakableCUDAGraphCapture(BreakableCUDAGraphCapture):\n"
         "    def replay(self):\n        os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    root = os.path.dirname(os.path.dirname(__file__))
+    root = str(Path(__file__).resolve().parents[2])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), root]))
     monkeypatch.syspath_prepend(str(tmp_path))
     argv = ["fuzz", "--target", "aborting_target", "--device", bcg_kind, "--examples", "2"]

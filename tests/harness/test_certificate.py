@@ -22,7 +22,7 @@ from verification.fuzz import CampaignConfig
 from verification.properties import PROPERTIES
 from verification.targets import load_target
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

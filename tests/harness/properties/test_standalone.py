@@ -16,7 +16,7 @@ from verification.properties.base import property_finding, scenario_of
 from verification.properties.reproduce import render
 from verification.targets import load_target
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 FIXED = {
     "arguments": pool.arguments_as_given_problem,
     **{name: functools.partial(pool.container_as_given_problem, name) for name in pool.CONTAINERS},

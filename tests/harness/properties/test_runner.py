@@ -21,7 +21,7 @@ from verification.properties.base import property_finding
 from verification.properties.runner import FIXED_PROGRAMS, OPS
 from verification.targets import load_target
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 # Each planted runner bug and what the finding must say.
 RUNNER_BUGS = {
