@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_quick_benchmark_runs_on_the_simulator_and_writes_its_results(tmp_path: Path) -> None:
     # Child processes, and only bench.targets imported here: importing bench.transformer in
-    # a worker made tests/test_planted_bugs.py's nested-break campaign draw other programs.
+    # a worker made tests/harness/test_planted_bugs.py's nested-break campaign draw other programs.
     command = [sys.executable, "-m", "bench", "--quick", "--device", "sim", "--out", str(tmp_path)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -1,5 +1,6 @@
-"""Issue 7: the minimal vLLM-contract implementation of tests/ certifies, undeclared (so
-under the out-buffer contract), with no finding about it, at 2000 examples of up to 16 ops.
+"""Issue 7: the minimal vLLM-contract implementation (``verification/planted/vllm_minimal.py``)
+certifies, undeclared (so under the out-buffer contract), with no finding about it, at 2000
+examples of up to 16 ops.
 
 On the simulator here; on a GPU the same command runs in bench/gpu_session.sh's certify
 phase, with its certificate under results/gpu/.

@@ -107,8 +107,9 @@ def _collector_state_recording_target() -> tuple[SimpleNamespace, list[bool]]:
 
 @pytest.mark.parametrize("prop", [None, "pool", "nested", "stream-order", "faults"])
 def test_harness_captures_with_the_collector_paused(bcg_device, bcg_kind, prop, monkeypatch):
-    # Freeing an old graph inside an open capture breaks it on a GPU (tests/
-    # test_graph_semantics.py), and the collector frees graphs held in cycles whenever it runs.
+    # Freeing an old graph inside an open capture breaks it on a GPU
+    # (tests/sim/test_graph_semantics.py), and the collector frees graphs held in cycles
+    # whenever it runs.
     # faults' collector scenario captures without the pause on purpose: it checks the target's.
     from verification.properties import faults
 

@@ -224,7 +224,7 @@ def test_item_during_capture_raises_and_aborts_cleanly(bcg_device: str) -> None:
 
 def test_an_invalidated_capture_says_its_pool_is_lost_and_a_new_pool_works(bcg_device: str) -> None:
     # torch cannot capture into a pool again once CUDA invalidated a capture into it
-    # (tests/test_graph_semantics.py); the exception says so and names the way out.
+    # (tests/sim/test_graph_semantics.py); the exception says so and names the way out.
     x = torch.ones(4, device=bcg_device)
     failed = BreakableCUDAGraphCapture()
     with pytest.raises(RuntimeError) as raised, failed:
@@ -563,7 +563,8 @@ def test_collector_is_off_while_a_capture_is_open_and_back_after_it_closes(
     bcg_device: str,
 ) -> None:
     # Freeing a captured graph inside an open capture breaks it on a GPU
-    # (test_graph_semantics.py); the collector frees graphs held in cycles at any allocation.
+    # (tests/sim/test_graph_semantics.py); the collector frees graphs held in cycles at any
+    # allocation.
     x = torch.ones(4, device=bcg_device)
     seen: list[bool] = []
     assert gc.isenabled()

@@ -89,7 +89,7 @@ def test_rare(n):
 
 
 def _plugin_args() -> list[str]:
-    # As tests/test_plugin.py: name the plugin only where no entry point registers it.
+    # As tests/plugin/test_host_project.py: name the plugin only where no entry point registers it.
     eps = importlib.metadata.entry_points(group="pytest11")
     return [] if any(ep.name == "bcg" for ep in eps) else ["-p", "bcg_pytest_plugin"]
 

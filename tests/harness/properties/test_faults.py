@@ -45,7 +45,7 @@ def test_is_active_that_the_class_cannot_answer_is_found(bcg_kind, tmp_path):
 
 def test_a_pool_lost_to_an_illegal_call_is_a_torch_limit_not_a_target_bug(bcg_kind, bcg_device):
     # torch refuses every capture into a pool after CUDA invalidated one into it
-    # (tests/test_graph_semantics.py); the checker says so once and recovers in a new pool.
+    # (tests/sim/test_graph_semantics.py); the checker says so once and recovers in a new pool.
     from verification.properties.base import CheckConfig
     from verification.properties.faults import _fault_problem
     from verification.properties.pool import WITNESS
