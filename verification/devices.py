@@ -21,6 +21,8 @@ TORCH_DEVICE = {"cuda": "cuda", "sim": "cuda"}
 def resolve_device(choice: str) -> str:
     if choice not in DEVICE_CHOICES:
         raise UsageError(f"unknown device {choice!r}; choose one of {', '.join(DEVICE_CHOICES)}")
+    if choice == "sim":
+        return "sim"  # without asking CUDA anything: see hide_gpu
     # Imported here, not at the top: the pytest plugin imports this module in every host
     # project, and torch costs seconds there (issue 24).
     import torch
@@ -31,6 +33,22 @@ def resolve_device(choice: str) -> str:
     if choice == "cuda" and not has_gpu:
         raise UsageError("--device cuda was asked for but torch sees no GPU; use --device sim")
     return choice
+
+
+def hide_gpu() -> None:
+    """Hides any real GPU from this process and its children, for a simulator run of the
+    command line (never in a test process, where later tests may want the GPU).
+
+    On a GPU host a simulator run must behave as on a CPU machine. Asking the CUDA runtime
+    anything (even ``torch.cuda.is_available()``) initializes it, and a forked check then
+    fails at its first real CUDA call with "initialization error" (seen on the H200: a
+    ``certify --device sim`` there failed five checks). Hidden before the runtime starts,
+    the GPU is never touched. Once torch has initialized CUDA it is too late, and harmless
+    to try.
+    """
+    import os
+
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
 @contextlib.contextmanager

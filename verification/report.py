@@ -104,7 +104,9 @@ def _call(name: str, args: Sequence[str], params: Sequence[tuple[str, object]]) 
     return f"{name}({', '.join([*args, *(f'{k}={v!r}' for k, v in params)])})"
 
 
-def _break_definitions(program: Program, table: dict[str, OpSpec]) -> list[str]:
+def _break_blocks(program: Program, table: dict[str, OpSpec]) -> list[str]:
+    """Source blocks that define ``step_i`` for each break step ``i``, through the decorator
+    ``logged_break(i)`` returns."""
     blocks = []
     for index, step in enumerate(program.steps):
         spec = table[step.op]
@@ -124,6 +126,11 @@ def _break_definitions(program: Program, table: dict[str, OpSpec]) -> list[str]:
                 f"# step {index}: {spec.name}, run as an eager break\n"
                 f"@logged_break({index})\ndef step_{index}({signature}):\n    {result}{body}\n"
             )
+    return blocks
+
+
+def _break_definitions(program: Program, table: dict[str, OpSpec]) -> list[str]:
+    blocks = _break_blocks(program, table)
     if not blocks:
         return ["def define_breaks():\n    pass\n\n\ndefine_breaks()\n"]
     names = ", ".join(f"step_{i}" for i, s in enumerate(program.steps) if s.brk)
@@ -137,10 +144,22 @@ def _break_definitions(program: Program, table: dict[str, OpSpec]) -> list[str]:
     ]
 
 
-def _program_function(program: Program, table: dict[str, OpSpec]) -> str:
-    lines = [f"def program({', '.join(f'v{i}' for i in range(len(program.inputs)))}):"]
+def _program_function(program: Program, table: dict[str, OpSpec], hooked: bool = False) -> str:
+    """``program(v0, ...)``; ``hooked``: it takes ``hook(step index, live values)`` too, called
+    before each step and once after the last, as the harness's ``run_steps`` calls it."""
+    inputs = [f"v{i}" for i in range(len(program.inputs))]
+    lines = [f"def program({', '.join([*inputs, *(['hook=None'] if hooked else [])])}):"]
+    if hooked:
+        lines.append("    hook = hook or (lambda index, live: None)")
+    live = list(range(len(program.inputs)))
     next_value = len(program.inputs)
+
+    def call_hook(index: int) -> None:
+        if hooked:
+            lines.append(f"    hook({index}, {{{', '.join(f'{v}: v{v}' for v in live)}}})")
+
     for index, step in enumerate(program.steps):
+        call_hook(index)
         spec = table[step.op]
         args = [f"v{a}" for a in step.args]
         if step.brk:
@@ -149,20 +168,41 @@ def _program_function(program: Program, table: dict[str, OpSpec]) -> str:
             call = spec.expr.format(*args, **{k: repr(v) for k, v in step.params})
         if produces_value(spec):
             lines.append(f"    v{next_value} = {call}")
+            live.append(next_value)
             next_value += 1
         else:
             lines.append(f"    {call}")
         if step.drop:
             lines.append(f"    del {', '.join(f'v{v}' for v in step.drop)}")
+            live = [v for v in live if v not in step.drop]
+    call_hook(len(program.steps))
     lines.append(f"    return [{', '.join(f'v{v}' for v in program.outputs)}]")
     return "\n".join(lines) + "\n"
 
 
-def _inputs_function(program: Program) -> str:
-    values = "".join(f"        {input_expr(meta)}.to(DEVICE),\n" for meta in program.inputs)
+def _inputs_function(program: Program, name: str = "make_inputs", on_device: bool = True) -> str:
+    """``name(seed)``: the inputs' values, on ``DEVICE`` (``on_device``) or on the CPU."""
+    to = ".to(DEVICE)" if on_device else ""
+    values = "".join(f"        {input_expr(meta)}{to},\n" for meta in program.inputs)
     return (
-        "def make_inputs(seed):\n    g = torch.Generator().manual_seed(seed)\n"
+        f"def {name}(seed):\n    g = torch.Generator().manual_seed(seed)\n"
         f"    return [\n{values}    ]\n"
+    )
+
+
+def program_source(program: Program, name: str, ops: Sequence[OpSpec] | None = None) -> str:
+    """Source text of two functions that spell ``program`` in torch calls, as a reproducer
+    does: ``{name}_inputs(seed)``, its inputs' values on the CPU, and
+    ``define_{name}(logged_break)``, which makes each break step afresh through the decorator
+    ``logged_break(step index)`` returns and returns ``program(v0, ..., hook=None)``."""
+    table = op_table(ops)
+    blocks = [b.strip("\n") for b in _break_blocks(program, table)]
+    body = "\n\n".join([*blocks, _program_function(program, table, hooked=True).strip("\n")])
+    return (
+        _inputs_function(program, f"{name}_inputs", on_device=False)
+        + f"\n\ndef define_{name}(logged_break):\n"
+        f'    """The program, each break step made anew through logged_break(step)."""\n'
+        f"{textwrap.indent(body, '    ')}\n\n    return program\n"
     )
 
 

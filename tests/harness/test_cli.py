@@ -120,3 +120,24 @@ def test_certify_writes_certificate_and_says_when_simulated(bcg_kind, tmp_path):
     if bcg_kind == "sim":
         assert "SIMULATOR" in done.stdout
         assert (out / "certificate.md").read_text().startswith("SIMULATED")
+
+
+@pytest.mark.parametrize("device", [["--device", "sim"], ["--device=sim"]])
+def test_a_simulator_run_hides_any_real_gpu_from_its_processes(tmp_path, device):
+    # On the H200 a `certify --device sim` asked CUDA for its devices, and its forked checks
+    # then failed with "initialization error": a sim run must never reach a real GPU.
+    seen = tmp_path / "seen.txt"
+    (tmp_path / "env_recording_target.py").write_text(
+        "import os, pathlib\n"
+        f"pathlib.Path({str(seen)!r}).write_text(repr(os.environ.get('CUDA_VISIBLE_DEVICES')))\n"
+        "from breakable_cudagraph import BreakableCUDAGraphCapture, eager_break_during_capture\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "verification", "fuzz", "--target", "env_recording_target",
+         *device, "--examples", "2"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert seen.read_text() == "''"

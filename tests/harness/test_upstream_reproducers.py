@@ -25,6 +25,7 @@ FAILS_ON = {
     "failed_capture_begin_leaves_capture_open.py": ("vllm", "sglang"),
     "nested_break_crashes_capture.py": ("sglang",),
     "namedtuple_argument_becomes_tuple.py": ("sglang",),
+    "nested_capture_breaks_outer_capture.py": ("sglang",),
 }
 LIBRARY = "breakable_cudagraph"
 # On the simulator the engine's module is the target's (its file, with stand-ins), registered
@@ -84,3 +85,33 @@ def test_reproducer_fails_on_the_engines_it_reports_and_passes_on_this_library(b
 
 def test_every_reproducer_is_listed():
     assert sorted(p.name for p in REPRODUCERS.glob("*.py")) == sorted(FAILS_ON)
+
+
+# On a GPU, SGLang's refused nested CUDAGraph aborts the process when it is freed; the simulator
+# does not abort, so an abort is planted in the scenario the reproducer runs in its child.
+PLANTED_ABORT = """
+import os, runpy, sys
+main = runpy.run_path(sys.argv[1], run_name="reproducer")["main"]
+def aborts(name):
+    sys.stderr.write("terminate called\\n  what():  The graph should be registered to the state\\n")
+    sys.stderr.flush()
+    os.abort()
+main.__globals__["scenario"] = aborts
+try:
+    main("sglang")
+except AssertionError as error:
+    print(error)
+"""
+
+
+def test_a_reproducer_whose_scenario_aborts_reports_the_signal_and_does_not_die():
+    script = REPRODUCERS / "nested_capture_breaks_outer_capture.py"
+    done = subprocess.run(
+        [sys.executable, "-c", PLANTED_ABORT, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "died by SIGABRT" in done.stdout, done.stdout
+    assert "registered to the state" in done.stdout, done.stdout

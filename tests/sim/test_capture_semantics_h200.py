@@ -320,9 +320,12 @@ def test_linalg_inv_in_a_fresh_process_fails_its_capture_with_cusolvers_error(bc
 # 11: API surface ---------------------------------------------------------------------------------
 
 
-def test_debug_and_exec_handles_default_capture_stream_peak_and_generators(bcg_device, tmp_path):
+@pytest.mark.parametrize("keep_graph", [False, True], ids=["default", "keep_graph"])
+def test_debug_dump_writes_only_a_kept_graph(bcg_device, tmp_path, keep_graph):
+    # On the H200 (bench/probes/debug_dump.py) torch destroys the cudaGraph_t at
+    # instantiation unless the graph was made with keep_graph=True; debug_dump then only warns.
     x = torch.ones(1024, device=bcg_device)
-    g = torch.cuda.CUDAGraph()
+    g = torch.cuda.CUDAGraph(keep_graph=keep_graph)
     g.enable_debug_mode()
     s = _side_stream()
     with torch.cuda.stream(s):
@@ -332,12 +335,16 @@ def test_debug_and_exec_handles_default_capture_stream_peak_and_generators(bcg_d
     torch.cuda.current_stream().wait_stream(s)
     assert isinstance(g.raw_cuda_graph_exec(), int)
     dump = tmp_path / "graph.dot"
-    g.debug_dump(str(dump))
-    assert dump.exists() and dump.stat().st_size > 0
+    with pytest.warns(UserWarning, match="DEBUG: calling debug_dump") as caught:
+        g.debug_dump(str(dump))
+    printed = any("cudaGraphDebugDotPrint" in str(w.message) for w in caught)
+    assert printed == keep_graph == (dump.exists() and dump.stat().st_size > 0)
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(y, x + 1)
 
+
+def test_default_capture_stream_peak_memory_and_default_generator(bcg_device):
     side = torch.cuda.graph(torch.cuda.CUDAGraph())
     assert isinstance(torch.cuda.graph.default_capture_stream, torch.cuda.Stream)
     assert side.capture_stream == torch.cuda.graph.default_capture_stream
@@ -353,6 +360,31 @@ def test_debug_and_exec_handles_default_capture_stream_peak_and_generators(bcg_d
     generator.manual_seed(123)
     assert torch.equal(torch.rand(8, device=bcg_device), first)
     assert generator.initial_seed() == 123 == torch.cuda.initial_seed()
+
+
+def test_a_failed_capture_leaves_the_default_generator_capturing_until_a_clean_one(bcg_device):
+    # H200 (bench/probes/generator_after_failure.py, debug_dump.py): torch skips the
+    # generator's capture epilogue when capture_end fails, so every random op outside a capture
+    # raises until some capture ends cleanly.
+    x = torch.ones(16, device=bcg_device)
+    s = _side_stream()
+    with torch.cuda.stream(s):
+        bad = torch.cuda.CUDAGraph()
+        bad.capture_begin()
+        x * 2
+        with pytest.raises(RuntimeError, match="operation not permitted when stream is capturing"):
+            torch.cuda.synchronize()
+        with pytest.raises(RuntimeError, match="previous error during capture"):
+            bad.capture_end()
+    with pytest.raises(RuntimeError, match="Offset increment outside graph capture"):
+        torch.rand(4, device=bcg_device)
+    good = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        good.capture_begin()
+        x + 1
+        good.capture_end()
+    torch.rand(4, device=bcg_device)
+    torch.cuda.synchronize()
 
 
 # 12: error messages ------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import torch
 from hypothesis import strategies as st
 
-from verification.execute import collector_paused, run_steps
+from verification.execute import BreakLog, collector_paused, run_steps, step_callables
 from verification.findings import Finding
 from verification.ops.spec import TensorMeta
 from verification.programs import Program, Step, default_ops, make_inputs, op_table
@@ -105,7 +105,7 @@ def _one_graph_version(program: Program) -> Program | None:
 def _one_graph_pool_bytes(program: Program, config: CheckConfig) -> int:
     """Graph-pool bytes of ``program`` captured as one plain CUDA graph."""
     table = op_table()
-    callables = [table[s.op].callable_for(lambda fn: fn) for s in program.steps]
+    callables = step_callables(program, table, lambda fn: fn, BreakLog())
 
     static = [x.clone() for x in make_inputs(program, config.seed, config.device)]
     graph = torch.cuda.CUDAGraph()

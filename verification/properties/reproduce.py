@@ -1,10 +1,11 @@
 """Reproducer scripts for property findings, and the entry point they call.
 
-:func:`render` writes, for a fixed scenario's finding, a script that stands alone (it
-imports only torch and the target); for a drawn program's, a script that binds the target as
-the finding's target did, spells the shrunk program as data and calls :func:`reproduce`,
-which re-checks that one program under the finding's scenario. The script exits 1 while the
-bug is present and 0 once fixed.
+:func:`render` writes a script that stands alone (it imports only torch and the target), for
+a fixed scenario's finding and for a drawn program's (:mod:`.standalone`). Where a drawn
+program's scenario reaches harness code a script cannot carry, it falls back to a script
+that binds the target as the finding's target did, spells the shrunk program as data and
+calls :func:`reproduce`, which re-checks that one program under the finding's scenario.
+Either script exits 1 while the bug is present and 0 once fixed.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from verification.targets import Target, load_target
 
 def render(finding: Finding, target: Target, kind: str, command: str) -> str | None:
     """The reproducer script for ``finding``, or None when it has none (no program and no
-    fixed scenario). A fixed scenario's script stands alone (:mod:`.standalone`); a drawn
-    program's calls :func:`reproduce`."""
+    fixed scenario). The script stands alone (:mod:`.standalone`) where it can; a drawn
+    program's otherwise calls :func:`reproduce`."""
     if "fixed" in dict(finding.scenario):
         try:
             return standalone.render(finding, target, kind, command)
@@ -32,6 +33,10 @@ def render(finding: Finding, target: Target, kind: str, command: str) -> str | N
             return None
     if finding.program is None:
         return None
+    try:
+        return standalone.render_program(finding, target, kind, command)
+    except standalone.NotStandalone:
+        pass
     import_code = target.import_code or f"import {target.name} as target"
     return (
         f'"""Reproducer for a {finding.check} {finding.kind} finding in target {target.name} '

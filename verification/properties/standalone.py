@@ -1,10 +1,13 @@
-"""Standalone reproducers for findings of a check's fixed scenarios: the scenario's own code,
-copied into the script.
+"""Standalone reproducers for property findings: the check's own code, copied into the script.
 
-:func:`render` writes a script that imports only torch and the target (and the simulator,
-when the finding came from it, as fuzz reproducers do). It copies the scenario function and
-every harness function, class and constant its code reaches, binds ``config`` to the target
-and the device, and exits 1 while the scenario reports a problem, 0 once it holds.
+:func:`render` (a fixed scenario's finding) and :func:`render_program` (a drawn program's)
+write a script that imports only torch and the target (and the simulator, when the finding
+came from it, as fuzz reproducers do). It copies the scenario function (for a drawn program,
+the property's ``example``) and every harness function, class and constant its code reaches,
+binds ``config`` to the target and the device, and exits 1 while the scenario reports a
+problem, 0 once it holds. A drawn program is spelled in torch calls by
+:func:`verification.report.program_source`; the harness's program machinery is replaced by
+the stand-ins of :mod:`.script_program`, which run that source.
 """
 
 from __future__ import annotations
@@ -13,18 +16,28 @@ import ast
 import builtins
 import importlib
 import inspect
+import re
 import sys
 import textwrap
 import types
+from collections.abc import Sequence
 from typing import Any
 
+from verification import execute, oracle, programs
 from verification.findings import Finding
+from verification.programs import Program, input_expr
+from verification.properties import pool, runner, script_program, stream_order
+from verification.report import program_source
 from verification.targets import Target
 
 HARNESS = "verification."
 # Harness modules a reproducer may not copy from: a scenario that reaches them (the op
 # catalog, the simulator's internals) is not a fixed scenario.
 NOT_COPIED = ("verification.ops", "verification.sim", "verification.programs")
+
+
+# The repetition property's cycles, as a reproducer runs them (``reproduce``'s default).
+CYCLES = 100
 
 
 class NotStandalone(Exception):
@@ -58,11 +71,28 @@ def _assignment(module: types.ModuleType, name: str) -> tuple[str, types.ModuleT
     return None
 
 
+def _renamed(source: str, old: str, new: str) -> str:
+    """``source`` defining ``new`` where it defined ``old`` (a harness function imported
+    under another name, or a stand-in bound to the harness's name)."""
+    if old == new:
+        return source
+    pattern = rf"^((?:async\s+)?(?:def|class)\s+){re.escape(old)}\b"
+    return re.sub(pattern, rf"\g<1>{new}", source, count=1, flags=re.M)
+
+
+# Values a script may spell as literals wherever they live (a message the simulator shares).
+_LITERAL = (str, int, float, bool, type(None))
+
+
 class _Bundle:
-    def __init__(self) -> None:
+    """``stand_ins``: (harness object, what the script has in its place): an object whose
+    source is copied under the harness's name, or source text that binds that name."""
+
+    def __init__(self, stand_ins: Sequence[tuple[Any, Any]] = ()) -> None:
         self.imports: set[str] = set()
         self.sources: dict[str, str] = {}  # name -> source, dependencies first
         self.objects: dict[str, Any] = {}
+        self.stand_ins = stand_ins
 
     def add(self, name: str, value: Any, module: types.ModuleType) -> None:
         if name in self.objects:
@@ -70,6 +100,19 @@ class _Bundle:
                 raise NotStandalone(f"two harness definitions are named {name}")
             return
         self.objects[name] = value
+        for harness, stand_in in self.stand_ins:
+            if value is harness:
+                if isinstance(stand_in, str):
+                    self.walk(stand_in, module)
+                    self.sources[name] = stand_in
+                else:
+                    source = textwrap.dedent(inspect.getsource(stand_in))
+                    # Its own name there is the stand-in itself, bound here as ``name``.
+                    self.walk(
+                        source, sys.modules[stand_in.__module__], frozenset({stand_in.__name__})
+                    )
+                    self.sources[name] = _renamed(source, stand_in.__name__, name)
+                return
         if inspect.ismodule(value):
             if value.__name__.startswith(HARNESS):
                 raise NotStandalone(f"it uses the harness module {value.__name__}")
@@ -85,7 +128,7 @@ class _Bundle:
         if home is not None and home.startswith(NOT_COPIED):
             raise NotStandalone(f"it uses {home}.{name}")
         if inspect.isfunction(value) or inspect.isclass(value):
-            source = textwrap.dedent(inspect.getsource(value))
+            source = _renamed(textwrap.dedent(inspect.getsource(value)), value.__name__, name)
             owner = sys.modules[value.__module__]
         else:  # a constant of this module
             found = _assignment(module, name)
@@ -93,12 +136,16 @@ class _Bundle:
                 raise NotStandalone(f"cannot find where {module.__name__} binds {name}")
             source, owner = found
             if owner.__name__.startswith(NOT_COPIED):
-                raise NotStandalone(f"it uses {owner.__name__}.{name}")
+                if not isinstance(value, _LITERAL):
+                    raise NotStandalone(f"it uses {owner.__name__}.{name}")
+                source = f"{name} = {value!r}"
         self.walk(source, owner)
         self.sources[name] = source
 
-    def walk(self, source: str, module: types.ModuleType) -> None:
-        for name in sorted(_names(compile(source, module.__name__, "exec"))):
+    def walk(
+        self, source: str, module: types.ModuleType, skip: frozenset[str] = frozenset()
+    ) -> None:
+        for name in sorted(_names(compile(source, module.__name__, "exec")) - skip):
             if name in vars(module) and not hasattr(builtins, name):
                 self.add(name, vars(module)[name], module)
 
@@ -109,16 +156,82 @@ def render(finding: Finding, target: Target, kind: str, command: str) -> str:
     scenario = dict(finding.scenario)
     module_name, _, qualname = str(scenario["fixed"]).partition(":")
     module = importlib.import_module(module_name)
-    function = getattr(module, qualname)
     bundle = _Bundle()
-    bundle.add(qualname, function, module)
+    bundle.add(qualname, getattr(module, qualname), module)
+    args = ", ".join(repr(a) for a in scenario.get("args", ())) + (
+        ", " if scenario.get("args") else ""
+    )
+    return _script(finding, target, kind, command, bundle, f"{qualname}({args}config)")
+
+
+def _stand_ins(finding: Finding, kind: str) -> list[tuple[Any, Any]]:
+    """What a drawn program's script has in place of the harness's program machinery."""
+    program = finding.program
+    stand_ins: list[tuple[Any, Any]] = [
+        (programs.make_inputs, script_program.make_inputs),
+        (programs.op_table, script_program.op_table),
+        (execute.step_callables, script_program.step_callables),
+        (execute.run_steps, script_program.run_steps),
+        (oracle.program_tolerance, script_program.program_tolerance),
+        (pool._one_graph_version, script_program.one_graph_version),
+        (runner.OPS, "OPS = None"),  # the program's ops are its source
+        # The pool property's example knows its fixed witnesses by these names.
+        (pool.WITNESS, f"WITNESS = {'PROGRAM' if program == pool.WITNESS else 'None'}"),
+        (
+            pool.ARGUMENT_WITNESS,
+            f"ARGUMENT_WITNESS = {'PROGRAM' if program == pool.ARGUMENT_WITNESS else 'None'}",
+        ),
+    ]
+    if kind == "cuda":
+        stand_ins.append((stream_order.race_detection, script_program.race_detection_on_a_gpu))
+    return stand_ins
+
+
+def _script_program(program: Program, name: str, one_graph: str = "None") -> str:
+    """``ScriptProgram(...)`` of ``program`` as the functions ``program_source`` wrote."""
+    table = programs.op_table()
+    return (
+        f"ScriptProgram(\n    define_{name},\n    {name}_inputs,\n"
+        f"    inputs={tuple(input_expr(meta) for meta in program.inputs)!r},\n"
+        f"    breaks={tuple(step.brk for step in program.steps)!r},\n"
+        f"    tolerance={oracle.program_tolerance(program, table)!r},\n"
+        f"    one_graph={one_graph},\n)"
+    )
+
+
+def render_program(finding: Finding, target: Target, kind: str, command: str) -> str:
+    """The standalone script for a finding on a drawn program: the program as torch source,
+    the property's ``example`` for it copied with what it reaches; raises
+    :class:`NotStandalone` when that reaches harness code a script cannot carry."""
+    from verification.properties import PROPERTIES
+
+    program = finding.program
+    assert program is not None, "a drawn program's finding has its program"
+    example = PROPERTIES[finding.check].example
+    bundle = _Bundle(_stand_ins(finding, kind))
+    bundle.add("ScriptProgram", script_program.ScriptProgram, script_program)
+    bundle.add("Tolerance", oracle.Tolerance, oracle)
+    texts = [program_source(program, "program")]
+    one_graph = "None"
+    # Only the pool property compares with the program captured as one graph.
+    flat = pool._one_graph_version(program) if finding.check == pool.NAME else None
+    if flat is not None:
+        texts.append(program_source(flat, "one_graph"))
+        one_graph = _script_program(flat, "one_graph").replace("\n", "\n    ")
+    texts.append(f"PROGRAM = {_script_program(program, 'program', one_graph)}")
+    texts.append(f"SCENARIO = {dict(finding.scenario)!r}")
+    bundle.sources["PROGRAM"] = "\n\n".join(text.strip("\n") + "\n" for text in texts)
+    bundle.add("example", example, sys.modules[example.__module__])
+    return _script(finding, target, kind, command, bundle, "example(PROGRAM, SCENARIO, config)")
+
+
+def _script(
+    finding: Finding, target: Target, kind: str, command: str, bundle: _Bundle, call: str
+) -> str:
     if not target.import_code:
         raise NotStandalone("the target has no import a script could use")
     simulated = kind == "sim"
     summary = finding.summary().splitlines()[0].replace('"""', "'")
-    args = ", ".join(repr(a) for a in scenario.get("args", ())) + (
-        ", " if scenario.get("args") else ""
-    )
     header = (
         f'"""Reproducer for a {finding.check} {finding.kind} finding in target {target.name} '
         f"({kind}).\n\n{summary}\nCommand: {command}\n"
@@ -145,8 +258,8 @@ def render(finding: Finding, target: Target, kind: str, command: str) -> str:
         f"        caller_duties={target.caller_duties!r},\n"
         "    )\n"
         f"    config = SimpleNamespace(target=checked, kind={kind!r}, device='cuda', "
-        f"seed={finding.seed or 0})\n"
-        f"    problem = {qualname}({args}config)\n"
+        f"seed={finding.seed or 0}, cycles={CYCLES})\n"
+        f"    problem = {call}\n"
         "    if problem is None:\n"
         f'        print("reproducer passed: property {finding.check} holds")\n'
         "        return 0\n"

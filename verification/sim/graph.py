@@ -26,6 +26,7 @@ class CUDAGraph:
         self._steps: list[Step] | None = None
         self._pool: Pool | None = None
         self._debug = False
+        self._keep_graph = keep_graph
         # torch's graph takes the current stream as its capture stream until capture_begin.
         self._made_on = current_stream() if state.session is not None else None
 
@@ -116,16 +117,27 @@ class CUDAGraph:
         self._debug = True
 
     def debug_dump(self, debug_path: str) -> None:
-        """Writes the recorded steps, one aten op a line, where CUDA writes a DOT file."""
+        """Writes the recorded steps, one aten op a line, where CUDA writes a DOT file.
+
+        As on the H200 (torch 2.11, ``bench/probes/debug_dump.py``): only a graph made with
+        ``keep_graph=True`` still has a graph to print; any other only warns. Enabling the
+        debug mode before or after the capture makes no difference.
+        """
         if not self._debug:
             warnings.warn(
                 "CUDA Graphs debug not enabled, set with torch._C._cuda_enable_graphs_debug_mode",
                 stacklevel=2,
             )
             return
+        warnings.warn("DEBUG: calling debug_dump()", UserWarning, stacklevel=2)
+        if not self._keep_graph or self._steps is None:
+            return
+        warnings.warn(
+            f"DEBUG: calling cudaGraphDebugDotPrint() with {debug_path}", UserWarning, stacklevel=2
+        )
         with open(debug_path, "w", encoding="utf-8") as out:
             out.write("digraph simulated_cuda_graph {\n")
-            for i, step in enumerate(self._steps or ()):
+            for i, step in enumerate(self._steps):
                 out.write(f'  n{i} [label="{step.func}"];\n')
                 if i:
                     out.write(f"  n{i - 1} -> n{i};\n")
