@@ -23,7 +23,7 @@ from verification.properties.base import property_finding
 from verification.properties.reproduce import render
 from verification.targets import Target, load_target
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 _META = TensorMeta((64,), torch.float32)
 # A catalog break op, a plain op run as a break, and a value dropped after each.
 PROGRAM = Program(
