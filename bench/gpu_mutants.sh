@@ -28,7 +28,7 @@ for row in "${mutants[@]}"; do
   fi
   verdicts=()
   (cd "$copy" && PYTHONPATH="$copy${site:+:$site}" timeout 300 python3 -m pytest -q -p no:cacheprovider \
-    --bcg-device="$device" tests/test_lib_gaps.py tests/test_lib_arguments.py -k "$tests") >"$out/$name.tests.log" 2>&1
+    --bcg-device="$device" tests/library/test_arguments.py -k "$tests") >"$out/$name.tests.log" 2>&1
   verdicts+=("\"tests_rc\": $?")
   for stage in "fuzz --device $device" "check all --device $device"; do
     key=$(echo "$stage" | cut -d' ' -f1)

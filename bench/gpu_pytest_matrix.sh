@@ -17,7 +17,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then  # same convention as bench/gpu_session.s
 else
   export PYTHONPATH="$PWD"
 fi
-n0_tests="${N0_TESTS:-tests/test_graph_semantics.py tests/test_lib_capture.py tests/test_lib_breaks.py tests/test_workers.py tests/test_fuzz_library.py}"
+n0_tests="${N0_TESTS:-tests/sim/test_graph_semantics.py tests/library/test_capture.py tests/library/test_breaks.py tests/plugin/test_workers.py tests/harness/test_fuzz_library.py}"
 gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 modes="${*:-n0 n2 nauto}"
 tag="${gpus}gpu_${modes// /_}"

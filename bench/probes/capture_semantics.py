@@ -3,7 +3,7 @@ leave a process unusable (a sticky CUDA error, a cuSOLVER handle that exists or 
 run in a fresh child process on ``--device cuda`` or ``--device sim``.
 
 Each scenario prints one JSON line: its name, the child's exit code, and what every step did
-("ok", a value, or the exception's first line). ``tests/test_graph_semantics_2.py`` runs
+("ok", a value, or the exception's first line). ``tests/sim/test_capture_semantics_h200.py`` runs
 some scenarios through :func:`run` and asserts on the steps, the same on both devices.
 Usage: ``python -m bench.probes.capture_semantics [--device cuda|sim] [SCENARIO ...]``.
 """

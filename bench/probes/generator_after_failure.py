@@ -2,10 +2,10 @@
 
 On the H200 (call B and C of 2026-12-03) ``torch.rand`` outside any capture raised "Offset
 increment outside graph capture encountered unexpectedly" in a test run after other tests of
-``tests/test_graph_semantics_2.py`` on the same worker. Torch registers the default generator
-with a graph at ``capture_begin`` and releases it at a successful ``capture_end``; this probe
-asks which failed captures leave it in capture mode. Each scenario runs in a fresh child and
-prints one JSON line: how the capture failed, then what ``torch.rand`` on the device does.
+``tests/sim/test_capture_semantics_h200.py`` on the same worker. Torch registers the default
+generator with a graph at ``capture_begin`` and releases it at a successful ``capture_end``;
+this probe asks which failed captures leave it in capture mode. Each scenario runs in a fresh child
+and prints one JSON line: how the capture failed, then what ``torch.rand`` on the device does.
 Run on a GPU machine: ``python -m bench.probes.generator_after_failure``.
 """
 

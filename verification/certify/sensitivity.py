@@ -31,11 +31,11 @@ FUZZ_MODULES = ("verification.planted.targets", "verification.planted.vllm_minim
 PROPERTY_MODULE = "verification.planted.property_targets"
 # The runner's planted bugs (issue 25), each for the runner property.
 RUNNER_MODULE = "verification.planted.runner_targets"
-# A cap, not a cost: a campaign stops at its first finding. tests/test_planted_bugs.py: at 25
-# examples nested_break_recorded_twice was missed for seeds 0-3 (and on the H200), while
+# A cap, not a cost: a campaign stops at its first finding. tests/harness/test_planted_bugs.py:
+# at 25 examples nested_break_recorded_twice was missed for seeds 0-3 (and on the H200), while
 # seeds 0-3 found it within 52-185 examples; 400 leaves twice that margin.
 FUZZ_EXAMPLES = 400
-# The ci profile's budget, within which tests/test_property_*.py find every planted bug.
+# The ci profile's budget, within which tests/harness/properties/ finds every planted bug.
 PROPERTY_EXAMPLES = 25
 PROPERTY_CYCLES = 30
 EMPTY_GRAPH_WARNING = "The CUDA Graph is empty"

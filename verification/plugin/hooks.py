@@ -24,7 +24,7 @@ from verification.plugin.shard import UNSHARDED, FuzzChunk, Shard, parse_shard
 from verification.profiles import PROFILE_MEANINGS, PROFILES, PYTEST_PROFILES
 
 # verification.targets.DEFAULT_TARGET, written out because importing that package pulls in
-# the target machinery; tests/test_plugin.py checks that the two agree.
+# the target machinery; tests/plugin/test_host_project.py checks that the two agree.
 DEFAULT_TARGET = "breakable_cudagraph"
 # Hypothesis profile bcg-NAME runs the examples of verification.profiles' NAME.
 HYPOTHESIS_PROFILES = {f"bcg-{name}": PROFILES[name].examples for name in PYTEST_PROFILES}

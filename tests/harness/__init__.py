@@ -1,0 +1,1 @@
+"""The harness (``verification``): programs, oracle, fuzzer, certify, the commands."""

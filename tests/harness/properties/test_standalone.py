@@ -1,0 +1,102 @@
+"""Reproducers of fixed-scenario findings stand alone: they import only torch and the target (and
+the simulator on the simulator), fail on the buggy target and pass on the library."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from verification.planted.check_targets import build
+from verification.properties import faults, nested, pool, runner, threads
+from verification.properties.base import property_finding, scenario_of
+from verification.properties.reproduce import render
+from verification.targets import load_target
+
+ROOT = Path(__file__).resolve().parents[3]
+FIXED = {
+    "arguments": pool.arguments_as_given_problem,
+    **{name: functools.partial(pool.container_as_given_problem, name) for name in pool.CONTAINERS},
+    "warning": faults.warning_problem,
+    "caught-break": faults.caught_break_problem,
+    "collector": faults.collector_problem,
+    "decorator-identity": nested._decorator_identity_problem,
+    "nested-decorated": nested._nested_decorated_problem,
+    "foreign-add-eager": threads.foreign_add_eager_problem,
+    "runner-arguments": runner.arguments_problem,
+    "runner-debug": runner.debug_problem,
+}
+
+
+def _script(problem, target, kind: str, tmp_path: Path) -> Path:
+    finding = property_finding("pool", "target-bug", "a finding", scenario=scenario_of(problem))
+    text = render(finding, target, kind, "python -m verification check pool")
+    assert text is not None
+    path = tmp_path / "reproducer.py"
+    path.write_text(text)
+    return path
+
+
+def _run(path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def _imported(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name.partition(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.partition(".")[0] if node.module != "verification.sim" else "")
+    return names - {""}
+
+
+_RUN_EACH = """
+import contextlib, runpy, sys
+codes = []
+for path in sys.argv[1:]:
+    script = runpy.run_path(path, run_name="reproducer")
+    simulated = script.get("simulated_cuda", contextlib.nullcontext)
+    with simulated():
+        codes.append(script["main"]())
+print(codes)
+"""
+
+
+def test_every_fixed_scenario_reproducer_passes_on_the_library_importing_only_torch_and_it(
+    bcg_kind, tmp_path
+):
+    paths = []
+    for number, problem in enumerate(FIXED.values()):
+        (tmp_path / str(number)).mkdir()
+        paths.append(
+            _script(problem, load_target("breakable_cudagraph"), bcg_kind, tmp_path / str(number))
+        )
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    for path in paths:
+        assert _imported(path) - stdlib == {"torch", "breakable_cudagraph"}, path.read_text()
+    # One process runs every script's main(), as its entry point would: each takes seconds
+    # to start.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_EACH, *map(str, paths)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == str([0] * len(FIXED)), done.stderr[-3000:]
+
+
+def test_a_container_reproducer_fails_on_a_target_that_loses_the_type(bcg_kind, tmp_path):
+    problem = functools.partial(pool.container_as_given_problem, "namedtuple")
+    path = _script(problem, load_target(build("namedtuple_rebuilt_plain")), bcg_kind, tmp_path)
+    done = _run(path)
+    assert done.returncode == 1 and "reached it at replay as tuple, not as Pair" in done.stderr

@@ -1,0 +1,152 @@
+"""A command that fails on bad input or is interrupted leaves nothing behind: no empty
+``--report``/``--out`` directory, no partial certificate. Ctrl-C is one line and exit 130;
+a missing optional dependency (cosmic-ray) is reported before any work starts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SLOW_START_TARGET = """
+import os
+import pathlib
+
+import breakable_cudagraph as _library
+
+eager_break_during_capture = _library.eager_break_during_capture
+
+
+class BreakableCUDAGraphCapture(_library.BreakableCUDAGraphCapture):
+    def __init__(self, *args, **kwargs):
+        pathlib.Path(os.environ["CAMPAIGN_STARTED"]).touch()  # the campaign is under way
+        super().__init__(*args, **kwargs)
+"""
+
+
+def _env(*paths: Path, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *map(str, paths)]),
+        **extra,
+    }
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "verification", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def without_cosmic_ray(tmp_path: Path) -> Path:
+    """A directory that, first on PYTHONPATH, makes ``import cosmic_ray`` fail."""
+    shadow = tmp_path / "no_cosmic_ray"
+    (shadow / "cosmic_ray").mkdir(parents=True)
+    (shadow / "cosmic_ray" / "__init__.py").write_text("raise ImportError('not installed')\n")
+    return shadow
+
+
+def test_mutate_without_cosmic_ray_leaves_no_report_directory(tmp_path, without_cosmic_ray):
+    report = tmp_path / "deep" / "report"
+    done = _cli("mutate", "--device", "sim", "--report", str(report),
+                env=_env(without_cosmic_ray))  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == (
+        "error: mutation testing needs cosmic-ray: pip install 'breakable-cudagraph[mutation]'"
+    )
+    assert not (tmp_path / "deep").exists()
+
+
+def test_mutate_with_a_bad_target_leaves_no_report_directory(tmp_path):
+    # Without cosmic-ray the run stops at that first (the GPU machine has none).
+    pytest.importorskip("cosmic_ray")
+    report = tmp_path / "report"
+    done = _cli("mutate", "--device", "sim", "--target", "no_such_module_xyz",
+                "--report", str(report), env=_env())  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "no_such_module_xyz" in done.stderr
+    assert not report.exists()
+
+
+def test_certify_mutants_without_cosmic_ray_says_so_before_any_work(tmp_path, without_cosmic_ray):
+    out = tmp_path / "cert"
+    start = time.monotonic()
+    done = _cli("certify", "--device", "sim", "--mutants", "2", "--out", str(out),
+                env=_env(without_cosmic_ray))  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().startswith("error: mutation testing needs cosmic-ray")
+    assert done.stdout == "" and not out.exists()
+    # The standard profile's campaign takes minutes; the check comes before it.
+    assert time.monotonic() - start < 120
+
+
+def test_ctrl_c_during_certify_is_one_line_exit_130_and_leaves_nothing(tmp_path):
+    (tmp_path / "slow_start_target.py").write_text(SLOW_START_TARGET)
+    started, out = tmp_path / "started", tmp_path / "cert"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "verification", "certify", "--device", "sim",
+         "--target", "slow_start_target", "--out", str(out)],
+        cwd=ROOT, env=_env(tmp_path, CAMPAIGN_STARTED=str(started)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not started.exists():
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the campaign never started"
+            time.sleep(0.1)
+        child.send_signal(signal.SIGINT)
+        stdout, stderr = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, stderr
+    assert stderr.strip() == "interrupted: nothing written", stderr
+    assert "Traceback" not in stdout
+    assert not out.exists()
+
+
+def test_an_output_path_that_is_a_file_is_one_line_and_left_alone(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("mine\n")
+    for option, path in (("--report", taken), ("--report", taken / "sub")):
+        done = _cli("fuzz", "--device", "sim", "--examples", "1", option, str(path), env=_env())
+        assert done.returncode == 2, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+        assert done.stderr.startswith(f"error: --report {path}: "), done.stderr
+    assert taken.read_text() == "mine\n"
+
+
+def test_ctrl_c_during_an_isolated_fuzz_is_one_line_for_both_processes(tmp_path):
+    # A terminal's Ctrl-C goes to the whole process group: parent and isolated child.
+    (tmp_path / "slow_start_target.py").write_text(SLOW_START_TARGET)
+    started = tmp_path / "started"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "verification", "fuzz", "--device", "sim", "--isolate",
+         "--examples", "100000", "--target", "slow_start_target"],
+        cwd=ROOT, env=_env(tmp_path, CAMPAIGN_STARTED=str(started)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not started.exists():
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the campaign never started"
+            time.sleep(0.1)
+        os.killpg(child.pid, signal.SIGINT)
+        stdout, stderr = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    assert child.returncode == 130, stderr
+    assert stderr.strip() == "interrupted: nothing written", stderr
+    assert "Traceback" not in stdout

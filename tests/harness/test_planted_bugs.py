@@ -1,0 +1,70 @@
+"""The fuzzer finds every planted bug within the selected hypothesis profile, and passes the clean variant.
+
+Reproducers it writes fail while the bug is present and pass on the correct target.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verification.findings import Finding
+from verification.fuzz import CampaignConfig, run_campaign
+from verification.planted.targets import BUGS, build
+from verification.programs import Program, Step
+from verification.report import render_reproducer
+from verification.targets import load_target
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run_script(path: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.parametrize("bug", list(BUGS))
+def test_fuzzer_finds_planted_bug(bcg_kind, bug):
+    # Under ``returns`` only the blend break nests a decorated call, so the ci profile's 25
+    # examples missed this bug for seeds 0-3; seeds 0-3 found it within 52-185 examples.
+    examples = 400 if bug == "nested_break_recorded_twice" else None
+    result = run_campaign(CampaignConfig(target=build(bug), device=bcg_kind, examples=examples))
+    assert result.findings, (
+        f"planted bug {bug!r} ({BUGS[bug]}) went unnoticed in {result.examples} examples"
+    )
+
+
+def test_clean_planted_target_has_no_findings(bcg_kind):
+    result = run_campaign(CampaignConfig(target=build(None), device=bcg_kind))
+    assert not result.findings, result.findings[0].summary()
+
+
+def test_reproducer_fails_with_the_bug_and_passes_on_the_clean_target(bcg_kind, tmp_path):
+    result = run_campaign(
+        CampaignConfig(target=build("eager_run_twice"), device=bcg_kind, report_dir=tmp_path)
+    )
+    assert result.reproducer_paths, "no reproducer written"
+    failing = _run_script(result.reproducer_paths[0])
+    assert failing.returncode != 0, failing.stdout
+    finding: Finding = result.findings[0]
+    clean = render_reproducer(finding, load_target(build(None)), bcg_kind, "n/a")
+    path = tmp_path / "clean.py"
+    path.write_text(clean)
+    passing = _run_script(path)
+    assert passing.returncode == 0, passing.stderr
+    assert "reproducer passed" in passing.stdout
+
+
+def test_shrunk_finding_is_a_handful_of_steps(bcg_kind):
+    result = run_campaign(
+        CampaignConfig(target=build("eager_run_twice"), device=bcg_kind, max_ops=12)
+    )
+    program: Program = result.findings[0].program
+    assert len(program.steps) <= 3, program
+    assert all(isinstance(s, Step) for s in program.steps)

@@ -1,0 +1,1 @@
+"""Tests of the library, ``breakable_cudagraph``, as its users call it."""

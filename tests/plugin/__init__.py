@@ -1,0 +1,1 @@
+"""The ``bcg`` pytest plugin: host projects, shards, workers, the shared example database."""
