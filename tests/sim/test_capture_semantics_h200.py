@@ -1,4 +1,4 @@
-"""CUDA graph semantics, second pass (issue 26): what the H200 (torch 2.11) does, item by item.
+"""Capture semantics measured on the H200 (torch 2.11, issue 26), one test per behaviour.
 
 Like ``test_graph_semantics.py``, every test allocates on ``bcg_device`` and uses only real
 ``torch.cuda`` names, so the same assertions run on the simulator and on a GPU. Scenarios that

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--rounds", "1", "--n", "1", "--captures", "1", "--block", "1", "--capture-k", "4"]
 TINY += ["--replay-k", "2", "--loop", "8"]
 
