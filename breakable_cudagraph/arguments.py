@@ -10,8 +10,7 @@ read after its memory could be handed to anyone else.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -21,32 +20,6 @@ from .trees import map_tensors, tensor_leaves
 # Private torch API (used by torch's own cudagraph trees); without it every tensor is held
 # strongly, which is still safe but keeps capture intermediates alive as long as the capture.
 _construct_storage = getattr(torch._C, "_construct_storage_from_data_pointer", None)
-
-
-# Per snapshot function, the keywords that narrow it to one pool without trace entries.
-_SNAPSHOT_KEYWORDS: dict[Callable[..., Any], tuple[str, ...]] = {}
-
-
-def pool_segments(pool: tuple[int, ...]) -> list[dict[str, Any]]:
-    """``torch.cuda.memory_snapshot()``'s segments, asked for ``pool``'s alone and without trace
-    entries where this torch's snapshot takes ``mempool_id``/``include_traces``: the whole
-    allocator's snapshot grows with every segment and trace of the process, and the first break
-    of every capture takes one (issue 23). Callers still filter on ``segment_pool_id``."""
-    snapshot = torch.cuda.memory_snapshot
-    keywords = _SNAPSHOT_KEYWORDS.get(snapshot)
-    if keywords is None:
-        try:
-            parameters = set(inspect.signature(snapshot).parameters)
-        except (TypeError, ValueError):  # a builtin without a signature: ask it plainly
-            parameters = set()
-        keywords = tuple(name for name in ("mempool_id", "include_traces") if name in parameters)
-        _SNAPSHOT_KEYWORDS[snapshot] = keywords
-    options: dict[str, Any] = {}
-    if "mempool_id" in keywords:
-        options["mempool_id"] = pool
-    if "include_traces" in keywords:
-        options["include_traces"] = False
-    return snapshot(**options)
 
 
 class PoolMemory:
@@ -78,7 +51,10 @@ class PoolMemory:
     def _refresh(self) -> None:
         self._ranges = [
             (segment["address"], segment["address"] + segment["total_size"])
-            for segment in pool_segments(self._pool)
+            # The whole snapshot, not torch's ``mempool_id=`` form: asked for the pool alone
+            # during a capture, torch 2.11 crashed the process on the H200 (segfaults in two
+            # suite workers, 2026-12-03 call G).
+            for segment in torch.cuda.memory_snapshot()
             if tuple(segment.get("segment_pool_id") or ()) == self._pool
         ]
 

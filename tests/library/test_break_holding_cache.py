@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import gc
 import weakref
-from typing import Any
 
-import pytest
 import torch
 
 from breakable_cudagraph import BreakableCUDAGraphCapture, EagerStep, eager_break_during_capture
-from breakable_cudagraph.arguments import PoolMemory
 
 
 @eager_break_during_capture
@@ -66,22 +63,3 @@ def test_tensor_moved_into_the_pool_after_a_break_is_aliased_at_the_next(
     first, second = _held_arguments(capture)
     assert first is t
     assert second is not t and second.data_ptr() == t.data_ptr() != outside_ptr
-
-
-def test_pool_lookup_asks_the_snapshot_for_the_pool_alone_where_torch_can(
-    bcg_device: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pool = (0, 7)
-    segment = {"address": 4096, "total_size": 2048, "segment_pool_id": pool}
-    calls: list[dict[str, Any]] = []
-
-    def snapshot(mempool_id: Any = None, include_traces: bool = True) -> list[dict[str, Any]]:
-        calls.append({"mempool_id": mempool_id, "include_traces": include_traces})
-        return [segment]
-
-    monkeypatch.setattr(torch.cuda, "memory_snapshot", snapshot)
-    assert PoolMemory(pool).addresses_in_pool([4096, 8192]) == {4096}
-    assert calls == [{"mempool_id": pool, "include_traces": False}]
-    # A torch whose snapshot takes neither keyword is asked for the whole snapshot.
-    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: [segment])
-    assert PoolMemory(pool).addresses_in_pool([4096, 8192]) == {4096}

@@ -333,6 +333,10 @@ def test_debug_dump_writes_only_a_kept_graph(bcg_device, tmp_path, keep_graph):
         y = x + 1
         g.capture_end()
     torch.cuda.current_stream().wait_stream(s)
+    if keep_graph:  # a kept graph is instantiated only when asked (or at its first replay)
+        with pytest.raises(RuntimeError, match="until instantiate"):
+            g.raw_cuda_graph_exec()
+        g.instantiate()
     assert isinstance(g.raw_cuda_graph_exec(), int)
     dump = tmp_path / "graph.dot"
     with pytest.warns(UserWarning, match="DEBUG: calling debug_dump") as caught:

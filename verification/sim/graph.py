@@ -27,6 +27,9 @@ class CUDAGraph:
         self._pool: Pool | None = None
         self._debug = False
         self._keep_graph = keep_graph
+        # torch instantiates at capture_end unless the graph is kept; a kept one at
+        # instantiate() or its first replay.
+        self._instantiated = False
         # torch's graph takes the current stream as its capture stream until capture_begin.
         self._made_on = current_stream() if state.session is not None else None
 
@@ -79,6 +82,7 @@ class CUDAGraph:
             raise RuntimeError(capture.error or cuda_errors.UNJOINED)
         session.rng.capturing = False
         self._steps = capture.steps
+        self._instantiated = not self._keep_graph
         if not self._steps:
             warnings.warn(cuda_errors.EMPTY_GRAPH, UserWarning, stacklevel=2)
 
@@ -87,6 +91,7 @@ class CUDAGraph:
             raise RuntimeError(cuda_errors.REPLAY_WITHOUT_CAPTURE)
         if current_stream().capture is not None:
             raise RuntimeError(cuda_errors.REPLAY_IN_CAPTURE)
+        self._instantiated = True
         detector = races.detector()
         observe = None
         if detector is not None:
@@ -100,7 +105,8 @@ class CUDAGraph:
                 step.run(observe)
 
     def instantiate(self) -> None:
-        pass  # a simulated graph is executable as soon as capture ends
+        # a simulated graph is executable as soon as capture ends; only the handle waits
+        self._instantiated = True
 
     def register_generator_state(self, generator: Any) -> None:
         pass  # every random op draws from the one device generator at replay
@@ -111,6 +117,8 @@ class CUDAGraph:
 
     def raw_cuda_graph_exec(self) -> int:
         """A stand-in for the ``cudaGraphExec_t`` handle, distinct from the graph's."""
+        if not self._instantiated:
+            raise RuntimeError(cuda_errors.EXEC_BEFORE_INSTANTIATE)
         return id(self) + 1
 
     def enable_debug_mode(self) -> None:
