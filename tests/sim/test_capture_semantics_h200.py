@@ -453,22 +453,33 @@ def _late(kind: str) -> None:
         torch.cuda._sleep(_SLEEP_CYCLES)
 
 
+# On a GPU shared by a suite's workers, another process's time slice can swallow the sleep
+# (it counts clock cycles, which run on while the context is switched out), so a race is
+# judged shown if any of a few tries shows it; an ordered read must show none in all of them.
+_TRIES = 3
+
+
 @pytest.mark.parametrize("ordered", [False, True], ids=["no-wait", "wait_stream"])
 def test_reading_a_side_stream_write(bcg_device, bcg_kind, ordered):
-    x = torch.ones(_RACE_ELEMENTS, device=bcg_device)
-    side = _side_stream()
-    torch.cuda.synchronize()
-    with _judged(bcg_kind) as verdict:
-        with torch.cuda.stream(side):
-            _late(bcg_kind)
-            x.mul_(2)
-        if ordered:
-            torch.cuda.current_stream().wait_stream(side)
-        total = x.sum()
+    races = []
+    for _ in range(_TRIES):
+        x = torch.ones(_RACE_ELEMENTS, device=bcg_device)
+        side = _side_stream()
         torch.cuda.synchronize()
-        verdict.race = total.item() != 2 * _RACE_ELEMENTS
-    torch.cuda.synchronize()
-    assert verdict.race is (not ordered)
+        with _judged(bcg_kind) as verdict:
+            with torch.cuda.stream(side):
+                _late(bcg_kind)
+                x.mul_(2)
+            if ordered:
+                torch.cuda.current_stream().wait_stream(side)
+            total = x.sum()
+            torch.cuda.synchronize()
+            verdict.race = verdict.race or total.item() != 2 * _RACE_ELEMENTS
+        torch.cuda.synchronize()
+        races.append(bool(verdict.race))
+        if races[-1]:
+            break
+    assert any(races) is (not ordered), races
 
 
 @pytest.mark.parametrize("recorded", [False, True], ids=["no-record_stream", "record_stream"])
