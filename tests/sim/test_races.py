@@ -14,7 +14,11 @@ from verification.sim import StreamRaceError, detect_races, simulated_cuda
 
 
 @pytest.fixture
-def races():
+def races(bcg_kind):
+    if bcg_kind == "cuda":
+        # The simulator inside a GPU worker shares that process with real captures; these
+        # verdicts are the simulator's own, and the GPU's agree in test_capture_semantics_h200.
+        pytest.skip("checks the CUDA simulator itself; this run is on a real GPU")
     with simulated_cuda(), detect_races() as detector:
         yield detector
 
