@@ -18,20 +18,5 @@ except ImportError:
     sys.exit(2)
 
 from verification.cli import main  # noqa: E402
-from verification.devices import hide_gpu  # noqa: E402
-
-
-def _device_asked(argv: list[str]) -> str | None:
-    for i, arg in enumerate(argv):
-        if arg == "--device" and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith("--device="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-if _device_asked(sys.argv[1:]) == "sim":
-    # This process is the command's own: a simulator run never touches a real GPU.
-    hide_gpu()
 
 sys.exit(main())

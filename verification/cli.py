@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from verification.commands import certify, check, fuzz, fuzz_op, mutate
 from verification.commands.options import forget_new_outputs, remove_new_outputs
+from verification.devices import hide_gpu
 from verification.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
 from verification.targets.upstream import use_target_path
 
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     if _CHILD_FLAGS & set(argv):
         # A child of an isolated run: Ctrl-C is its parent's to report (it ends this child),
@@ -86,6 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     forget_new_outputs()
     try:
         args = build_parser().parse_args(argv)
+        if from_command_line and getattr(args, "device", None) == "sim":
+            # This process is the command's own: a simulator run never touches a real GPU.
+            hide_gpu()
         use_target_path(args)
         return COMMANDS[args.command][1](args, argv)
     except UsageError as error:

@@ -20,6 +20,27 @@ ROOT = Path(__file__).resolve().parents[3]
 CI_CYCLES = 30
 
 
+def _check_command(
+    variant: str, prop: str, kind: str, examples: int, tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    """``python -m verification check PROP`` on the planted copy, as a module of its own."""
+    module = tmp_path / f"planted_{variant}.py"
+    module.write_text(
+        "from verification.planted.check_targets import build\n"
+        f"globals().update({{k: v for k, v in vars(build({variant!r})).items() if k != '__name__'}})\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    argv = ["check", prop, "--target", module.stem, "--device", kind, "--examples", str(examples)]
+    return subprocess.run(
+        [sys.executable, "-m", "verification", *argv, "--cycles", str(CI_CYCLES)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
 def _check(variant: str | None, prop: str, kind: str, tmp_path: Path) -> list[tuple[str, str]]:
     """(kind, message) of each finding of ``prop`` on the copy; on a GPU a planted copy runs
     in a child, since its bug may leave a stream capturing for the rest of the process."""
@@ -28,21 +49,7 @@ def _check(variant: str | None, prop: str, kind: str, tmp_path: Path) -> list[tu
         target = load_target(build(variant))
         result = run_properties(prop, target, kind, examples, cycles=CI_CYCLES)[0]
         return [(f.kind, f.message) for f in result.findings]
-    module = tmp_path / f"planted_{variant}.py"
-    module.write_text(
-        "from verification.planted.check_targets import build\n"
-        f"globals().update({{k: v for k, v in vars(build({variant!r})).items() if k != '__name__'}})\n"
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
-    argv = ["check", prop, "--target", module.stem, "--device", kind, "--examples", str(examples)]
-    done = subprocess.run(
-        [sys.executable, "-m", "verification", *argv, "--cycles", str(CI_CYCLES)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = _check_command(variant, prop, kind, examples, tmp_path)
     # Only the FINDING lines count: each reproducer's docstring repeats its finding's line.
     findings = [
         line.removeprefix("FINDING ")
@@ -106,22 +113,7 @@ def test_in_one_process_the_checks_after_a_target_left_unusable_are_skipped(bcg_
 
 
 def test_check_all_runs_each_check_in_a_process_of_its_own(bcg_kind, tmp_path):
-    module = tmp_path / "planted_leak.py"
-    module.write_text(
-        "from verification.planted.check_targets import build\n"
-        "globals().update({k: v for k, v in vars(build('first_capture_begin_leaks')).items() "
-        "if k != '__name__'})\n"
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
-    argv = ["check", "all", "--target", module.stem, "--device", bcg_kind, "--examples", "5"]
-    done = subprocess.run(
-        [sys.executable, "-m", "verification", *argv, "--cycles", str(CI_CYCLES)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    done = _check_command("first_capture_begin_leaks", "all", bcg_kind, 5, tmp_path)
     # The leak fails faults only; every other check starts fresh and passes.
     assert done.returncode == 1, done.stdout + done.stderr
     assert "failed: faults\n" in done.stdout or done.stdout.rstrip().endswith("failed: faults")

@@ -5,7 +5,6 @@ with the bug planted and passes on the library."""
 
 from __future__ import annotations
 
-import ast
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.reproducer_scripts import imports, run_each_main
 from verification.ops.spec import TensorMeta
 from verification.planted.property_targets import build
 from verification.programs import Program, Step
@@ -99,26 +99,14 @@ def _script(
     return path
 
 
-def _imports(text: str) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Import):
-            names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
-
-
 def _foreign_imports(path: Path, target: Target, kind: str) -> set[str]:
     """What the script imports beyond the standard library, torch, the target's own import
     and (on the simulator) ``verification.sim``."""
-    allowed = _imports(target.import_code or "") | (
-        {"verification.sim"} if kind == "sim" else set()
-    )
+    allowed = imports(target.import_code or "") | ({"verification.sim"} if kind == "sim" else set())
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     return {
         name
-        for name in _imports(path.read_text()) - allowed
+        for name in imports(path.read_text()) - allowed
         if name.partition(".")[0] not in stdlib | {"torch"}
     }
 
@@ -141,7 +129,7 @@ def _fails_on_the_planted_bug(prop: str, case: tuple[Any, ...], kind: str, tmp_p
     path = _script(prop, target, kind, tmp_path, case)
     assert _foreign_imports(path, target, kind) == set(), path.read_text()
     if kind == "cuda":
-        assert "verification.sim" not in _imports(path.read_text())
+        assert "verification.sim" not in imports(path.read_text())
     done = _run(str(path))
     assert done.returncode == 1, done.stderr[-3000:]
     assert f"property {prop} violated: " in done.stderr, done.stderr[-3000:]
@@ -172,18 +160,6 @@ def test_a_nested_capture_begun_reproducer_carries_the_simulators_message(
     _fails_on_the_planted_bug("nested", case, bcg_kind, tmp_path)
 
 
-_RUN_EACH = """
-import contextlib, runpy, sys
-codes = []
-for path in sys.argv[1:]:
-    script = runpy.run_path(path, run_name="reproducer")
-    simulated = script.get("simulated_cuda", contextlib.nullcontext)
-    with simulated():
-        codes.append(script["main"]())
-print(codes)
-"""
-
-
 def test_every_drawn_program_reproducer_passes_on_the_library(
     bcg_kind: str, tmp_path: Path
 ) -> None:
@@ -198,11 +174,9 @@ def test_every_drawn_program_reproducer_passes_on_the_library(
     for path in paths:
         assert _foreign_imports(path, target, bcg_kind) == set(), path.read_text()
         assert (
-            _imports(path.read_text()) & {"verification.programs", "verification.properties"}
+            imports(path.read_text()) & {"verification.programs", "verification.properties"}
             == set()
         )
-    # One process runs every script's main(), as its entry point would: each takes seconds
-    # to start.
-    done = _run("-c", _RUN_EACH, *map(str, paths))
+    done = run_each_main(paths)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == str([0] * len(paths)), done.stderr[-3000:]

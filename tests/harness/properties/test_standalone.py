@@ -3,13 +3,13 @@ the simulator on the simulator), fail on the buggy target and pass on the librar
 
 from __future__ import annotations
 
-import ast
 import functools
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.reproducer_scripts import imports, run_each_main
 from verification.planted.check_targets import build
 from verification.properties import faults, nested, pool, runner, threads
 from verification.properties.base import property_finding, scenario_of
@@ -48,25 +48,9 @@ def _run(path: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _imported(path: Path) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {alias.name.partition(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module.partition(".")[0] if node.module != "verification.sim" else "")
-    return names - {""}
-
-
-_RUN_EACH = """
-import contextlib, runpy, sys
-codes = []
-for path in sys.argv[1:]:
-    script = runpy.run_path(path, run_name="reproducer")
-    simulated = script.get("simulated_cuda", contextlib.nullcontext)
-    with simulated():
-        codes.append(script["main"]())
-print(codes)
-"""
+    return {
+        name.partition(".")[0] for name in imports(path.read_text()) if name != "verification.sim"
+    }
 
 
 def test_every_fixed_scenario_reproducer_passes_on_the_library_importing_only_torch_and_it(
@@ -81,16 +65,7 @@ def test_every_fixed_scenario_reproducer_passes_on_the_library_importing_only_to
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     for path in paths:
         assert _imported(path) - stdlib == {"torch", "breakable_cudagraph"}, path.read_text()
-    # One process runs every script's main(), as its entry point would: each takes seconds
-    # to start.
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN_EACH, *map(str, paths)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    done = run_each_main(paths)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == str([0] * len(FIXED)), done.stderr[-3000:]
 
