@@ -1,0 +1,241 @@
+"""GPU probe (issue 23): which step of a capture with a break switches the process to slow replays.
+
+On the H200 a plain 256-kernel graph replays about 0.18 us per kernel slower from the first
+capture with a break onwards (any implementation's), while a capture without one never moved it.
+Earlier probes timed every variant after that switch, so none could tell what fires it. Here
+each candidate runs in a fresh child: a reference graph's GPU span (CUDA events, median of 15
+windows of 10 replays on side stream ``s``) is taken before the candidate, after it, and after a
+positive control (the library's own capture at k = 1), so a child whose state never moves says
+so. The candidates take a break's capture apart: a kernel on a stream that has run none yet, a
+wait only, two graphs sharing a pool, an eager kernel between two captures on ``s`` or on a new
+stream, the minimal reference, the library capturing on the caller's stream, a plain
+``torch.cuda.graph`` capture, a ``cudaFree``. ``issue_*`` candidates time the issue's k = 1 row
+instead (the named capture first in a fresh process: its k = 0, then its k = 1, 200 synced
+replays each). One JSON line per child. Run on a GPU: ``python -m bench.probes.state_trigger``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+KERNELS = 256
+
+
+def _span_us(graph: torch.cuda.CUDAGraph, stream: torch.cuda.Stream) -> float:
+    windows = []
+    with torch.cuda.stream(stream):
+        for _ in range(15):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(10):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            windows.append(start.elapsed_time(end) * 1000 / 10)
+    return round(statistics.median(windows), 1)
+
+
+def _capture(stream: torch.cuda.Stream, x: torch.Tensor, kernels: int, pool=None):
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        g.capture_begin(pool=pool)
+        for _ in range(kernels):
+            x.mul_(1.0001)
+        g.capture_end()
+    return g
+
+
+def _add_zero(y: torch.Tensor) -> None:
+    y.add_(0.0)
+
+
+def _library_k1(x: torch.Tensor, y: torch.Tensor, s: torch.cuda.Stream, **options):
+    import breakable_cudagraph as bcg
+
+    brk = bcg.eager_break_during_capture(_add_zero)
+    with torch.cuda.stream(s):
+        cap = bcg.BreakableCUDAGraphCapture(**options)
+        with cap:
+            for i in range(1, KERNELS + 1):
+                x.mul_(1.0001)
+                if i == 128:
+                    brk(y)
+    torch.cuda.synchronize()
+    return cap
+
+
+def candidates(x: torch.Tensor, y: torch.Tensor, s: torch.cuda.Stream) -> dict[str, Callable]:
+    kept: list[object] = []
+
+    def kernel_new_stream() -> None:
+        t = torch.cuda.Stream()
+        t.wait_stream(s)
+        with torch.cuda.stream(t):
+            y.add_(0.0)
+        torch.cuda.synchronize()
+
+    def wait_new_stream() -> None:
+        t = torch.cuda.Stream()
+        t.wait_stream(s)
+        torch.cuda.synchronize()
+
+    def graph_on_new_stream() -> None:
+        g = _capture(s, y, 4)
+        t = torch.cuda.Stream()
+        t.wait_stream(s)
+        with torch.cuda.stream(t):
+            g.replay()
+        torch.cuda.synchronize()
+        kept.append(g)
+
+    def raw_break(on_new_stream: bool, shared_pool: bool, eager: bool) -> Callable[[], None]:
+        def go() -> None:
+            t = torch.cuda.Stream() if on_new_stream else s
+            t.wait_stream(s)
+            pool = torch.cuda.graph_pool_handle() if shared_pool else None
+            g1 = _capture(t, x, 128, pool)
+            if eager:
+                with torch.cuda.stream(t):
+                    y.add_(0.0)
+            g2 = _capture(t, x, 128, pool)
+            s.wait_stream(t)
+            torch.cuda.synchronize()
+            kept.extend([g1, g2])
+
+        return go
+
+    def minimal_k1() -> None:
+        from bench.minimal import MinimalCapture
+
+        with torch.cuda.stream(s):
+            cap = MinimalCapture()
+            with cap:
+                for i in range(1, KERNELS + 1):
+                    x.mul_(1.0001)
+                    if i == 128:
+                        cap.brk(_add_zero, y)
+        torch.cuda.synchronize()
+        kept.append(cap)
+
+    def torch_graph_plain() -> None:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(4):
+                y.mul_(1.0)
+        torch.cuda.synchronize()
+        kept.append(g)
+
+    def cuda_free() -> None:
+        a = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        del a
+        torch.cuda.empty_cache()
+        torch.cuda.synchronize()
+
+    return {
+        "none": lambda: None,
+        "kernel_new_stream": kernel_new_stream,
+        "wait_new_stream": wait_new_stream,
+        "graph_on_new_stream": graph_on_new_stream,
+        "two_graphs_shared_pool_on_s": raw_break(False, True, False),
+        "eager_between_on_s_shared_pool": raw_break(False, True, True),
+        "eager_between_on_new_stream_shared_pool": raw_break(True, True, True),
+        "eager_between_on_new_stream_own_pools": raw_break(True, False, True),
+        "minimal_k1": minimal_k1,
+        "library_k1": lambda: kept.append(_library_k1(x, y, s)),
+        "library_k1_caller_stream": lambda: kept.append(_library_k1(x, y, s, stream=s)),
+        "torch_graph_plain": torch_graph_plain,
+        "cuda_free": cuda_free,
+    }
+
+
+def _synced_us(replay: Callable[[], object], s: torch.cuda.Stream, n: int = 200) -> float:
+    times = []
+    with torch.cuda.stream(s):
+        for _ in range(20):
+            replay()
+            torch.cuda.synchronize()
+        for _ in range(n):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            replay()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+    return round(statistics.median(times) * 1e6, 1)
+
+
+def issue_row(name: str) -> dict[str, object]:
+    """The issue's k = 1 row for one capture, run first in this process."""
+    from bench import side_stream
+
+    s = torch.cuda.Stream()
+    x = torch.randn(1024, device="cuda")
+    y = torch.randn(1024, device="cuda")
+    torch.cuda.synchronize()
+    row: dict[str, object] = {"candidate": f"issue_{name}"}
+    for k in (0, 1):
+        cuts = {128} if k else set()
+        with torch.cuda.stream(s):
+            if name == "library_caller_stream":
+                cap = side_stream._library(x, y, cuts, stream=s)
+            else:
+                cap = side_stream.BUILDERS[name](x, y, cuts)
+        torch.cuda.synchronize()
+        row[f"k{k}_synced_us"] = _synced_us(cap.replay, s)
+    row["added_us"] = round(row["k1_synced_us"] - row["k0_synced_us"], 1)  # type: ignore[operator]
+    return row
+
+
+def run(name: str) -> dict[str, object]:
+    if name.startswith("issue_"):
+        return issue_row(name[len("issue_") :])
+    s = torch.cuda.Stream()
+    x = torch.randn(1024, device="cuda")
+    y = torch.randn(1024, device="cuda")
+    z = torch.randn(1024, device="cuda")
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y.add_(0.0)  # the break's kernel has run once, eagerly, before anything
+    torch.cuda.synchronize()
+    reference = _capture(s, z, KERNELS)
+    for _ in range(20):
+        reference.replay()
+    torch.cuda.synchronize()
+    before = _span_us(reference, s)
+    table = candidates(x, y, s)
+    table[name]()
+    after = _span_us(reference, s)
+    table["library_k1"]()
+    control = _span_us(reference, s)
+    return {"candidate": name, "before_us": before, "after_us": after, "after_control_us": control}
+
+
+ISSUE_ROWS = ("issue_library", "issue_library_caller_stream", "issue_minimal")
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] != "--all":
+        print(json.dumps(run(sys.argv[1])), flush=True)
+        return
+    s = torch.cuda.Stream()
+    x = y = torch.zeros(1, device="cuda")
+    names = list(candidates(x, y, s)) + list(ISSUE_ROWS)
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    for _ in range(rounds):
+        for name in names:
+            done = subprocess.run(
+                [sys.executable, "-m", "bench.probes.state_trigger", name],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            line = done.stdout.strip().splitlines()[-1:] or [done.stderr[-300:]]
+            print(line[0], flush=True)
+
+
+if __name__ == "__main__":
+    main()
