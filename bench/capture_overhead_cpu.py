@@ -107,6 +107,7 @@ def fake_cuda() -> Iterator[None]:
         "Stream": _FakeStream,
         "stream": _FakeStreamContext,
         "current_stream": lambda *a, **k: _CALLER_STREAM,
+        "default_stream": lambda *a, **k: _CALLER_STREAM,  # the caller is on it: a side stream
         "graph_pool_handle": _pool_handle,
         "memory_snapshot": _memory_snapshot,
         "is_current_stream_capturing": lambda: False,

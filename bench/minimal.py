@@ -1,8 +1,8 @@
 """The smallest breakable capture that works: the benchmark's reference for replay and capture.
 
 ``MinimalCapture`` records a region as a list of bound ``CUDAGraph.replay`` methods and the
-user's eager calls, all segments in one pool on one side stream; ``replay()`` calls the list in
-order. It has no argument holding, no empty-graph handling, no error recovery: breaks must sit
+user's eager calls, all segments in one pool on one side stream (its own unless ``stream`` is
+given); ``replay()`` calls the list in order. It has no argument holding, no empty-graph handling, no error recovery: breaks must sit
 between captured work (never first, last or adjacent), which the benchmark's programs respect.
 """
 
@@ -18,11 +18,11 @@ import torch
 class MinimalCapture:
     """``with cap: ...; cap.brk(fn, *args); ...`` then ``cap.replay()``."""
 
-    def __init__(self, pool: Any = None) -> None:
+    def __init__(self, pool: Any = None, stream: torch.cuda.Stream | None = None) -> None:
         self.pool = pool if pool is not None else torch.cuda.graph_pool_handle()
         self.steps: list[Callable[[], Any]] = []
         self._graph: torch.cuda.CUDAGraph | None = None
-        self._stream = torch.cuda.Stream()
+        self._stream = stream if stream is not None else torch.cuda.Stream()
         self._context: Any = None
 
     def _begin(self) -> None:

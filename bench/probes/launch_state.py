@@ -216,85 +216,14 @@ def part_issue(out: Path, order: str) -> None:
     (out / f"issue_{order}.json").write_text(json.dumps(rows, indent=0))
 
 
-def part_trigger(out: Path, trigger: str) -> None:
-    """One trigger in a fresh process: the reference graph's GPU span before and after it."""
-    s = torch.cuda.Stream()
-    x = torch.randn(side_stream.NUMEL, device="cuda")
-    y = torch.randn(side_stream.NUMEL, device="cuda")
-    z = torch.randn(side_stream.NUMEL, device="cuda")
-    with torch.cuda.stream(s):
-        body(x, y, {128}, add_zero)
-    torch.cuda.synchronize()
-    ref = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(s):
-        ref.capture_begin()
-        for _ in range(side_stream.OPS):
-            z.mul_(side_stream.SCALE)
-        ref.capture_end()
-    torch.cuda.synchronize()
-    kept: list[Any] = []
-
-    def kernel_on_new_stream() -> None:
-        fresh = torch.cuda.Stream()
-        fresh.wait_stream(s)
-        with torch.cuda.stream(fresh):
-            y.add_(0.0)
-        s.wait_stream(fresh)
-        kept.append(fresh)
-
-    def minimal_k1_eager_on_caller() -> None:
-        from bench.minimal import MinimalCapture
-
-        with torch.cuda.stream(s):
-            cap = MinimalCapture()
-
-            def brk(t: torch.Tensor) -> None:
-                cap._end()
-                with torch.cuda.stream(s):
-                    s.wait_stream(cap._stream)
-                    add_zero(t)
-                    cap._stream.wait_stream(s)
-                cap.steps.append(lambda: add_zero(t))
-                cap._begin()
-
-            with cap:
-                body(x, y, {128}, brk)
-        kept.append(cap)
-
-    def cuda_free() -> None:
-        big = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
-        del big
-        torch.cuda.empty_cache()
-
-    triggers = {
-        "kernel_on_new_stream": kernel_on_new_stream,
-        "minimal_k1_eager_on_caller": minimal_k1_eager_on_caller,
-        "cuda_free": cuda_free,
-    }
-    before = [window(ref.replay, s)["gpu_us"] for _ in range(20)]
-    triggers[trigger]()
-    torch.cuda.synchronize()
-    after = [window(ref.replay, s)["gpu_us"] for _ in range(20)]
-    print(
-        f"trigger {trigger:28s} ref graph GPU span before {statistics.median(before):6.1f} us, "
-        f"after {statistics.median(after):6.1f} us",
-        flush=True,
-    )
-    (out / f"trigger_{trigger}.json").write_text(json.dumps({"before": before, "after": after}))
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--part", choices=("state", "issue", "trigger"), required=True)
-    p.add_argument("--trigger", default="kernel_on_new_stream")
+    p.add_argument("--part", choices=("state", "issue"), required=True)
     p.add_argument("--order", choices=("fwd", "rev"), default="fwd")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.part == "trigger":
-        part_trigger(args.out, args.trigger)
-    else:
-        (part_state if args.part == "state" else part_issue)(args.out, args.order)
+    (part_state if args.part == "state" else part_issue)(args.out, args.order)
     return 0
 
 

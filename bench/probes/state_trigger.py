@@ -8,8 +8,8 @@ windows of 10 replays on side stream ``s``) is taken before the candidate, after
 positive control (the library's own capture at k = 1), so a child whose state never moves says
 so. The candidates take a break's capture apart: a kernel on a stream that has run none yet, a
 wait only, two graphs sharing a pool, an eager kernel between two captures on ``s`` or on a new
-stream, the minimal reference, the library capturing on the caller's stream, a plain
-``torch.cuda.graph`` capture, a ``cudaFree``. ``issue_*`` candidates time the issue's k = 1 row
+stream, the minimal reference, the library on its own stream and on the caller's, a plain
+``torch.cuda.graph`` capture, a ``cudaFree``; ``candidate@control`` names another control. ``issue_*`` candidates time the issue's k = 1 row
 instead (the named capture first in a fresh process: its k = 0, then its k = 1, 200 synced
 replays each). One JSON line per child. Run on a GPU: ``python -m bench.probes.state_trigger``.
 """
@@ -150,6 +150,9 @@ def candidates(x: torch.Tensor, y: torch.Tensor, s: torch.cuda.Stream) -> dict[s
         "minimal_k1": minimal_k1,
         "library_k1": lambda: kept.append(_library_k1(x, y, s)),
         "library_k1_caller_stream": lambda: kept.append(_library_k1(x, y, s, stream=s)),
+        "library_k1_own_stream": lambda: kept.append(
+            _library_k1(x, y, s, stream=torch.cuda.Stream())
+        ),
         "torch_graph_plain": torch_graph_plain,
         "cuda_free": cuda_free,
     }
@@ -170,6 +173,16 @@ def _synced_us(replay: Callable[[], object], s: torch.cuda.Stream, n: int = 200)
     return round(statistics.median(times) * 1e6, 1)
 
 
+def _minimal_on(x: torch.Tensor, y: torch.Tensor, cuts: set[int], stream: torch.cuda.Stream):
+    from bench.minimal import MinimalCapture
+    from bench.side_stream import Captured, body
+
+    cap = MinimalCapture(stream=stream)
+    with cap:
+        body(x, y, cuts, lambda t: cap.brk(_add_zero, t))
+    return Captured(cap.replay, [], [cap])
+
+
 def issue_row(name: str) -> dict[str, object]:
     """The issue's k = 1 row for one capture, run first in this process."""
     from bench import side_stream
@@ -184,6 +197,10 @@ def issue_row(name: str) -> dict[str, object]:
         with torch.cuda.stream(s):
             if name == "library_caller_stream":
                 cap = side_stream._library(x, y, cuts, stream=s)
+            elif name == "library_own_stream":
+                cap = side_stream._library(x, y, cuts, stream=torch.cuda.Stream())
+            elif name == "minimal_caller_stream":
+                cap = _minimal_on(x, y, cuts, s)
             else:
                 cap = side_stream.BUILDERS[name](x, y, cuts)
         torch.cuda.synchronize()
@@ -192,9 +209,12 @@ def issue_row(name: str) -> dict[str, object]:
     return row
 
 
-def run(name: str) -> dict[str, object]:
-    if name.startswith("issue_"):
-        return issue_row(name[len("issue_") :])
+def run(spec: str) -> dict[str, object]:
+    """``spec`` is a candidate, optionally ``@control`` (default ``library_k1``)."""
+    if spec.startswith("issue_"):
+        return issue_row(spec[len("issue_") :])
+    name, _, control = spec.partition("@")
+    control = control or "library_k1"
     s = torch.cuda.Stream()
     x = torch.randn(1024, device="cuda")
     y = torch.randn(1024, device="cuda")
@@ -211,12 +231,36 @@ def run(name: str) -> dict[str, object]:
     table = candidates(x, y, s)
     table[name]()
     after = _span_us(reference, s)
-    table["library_k1"]()
-    control = _span_us(reference, s)
-    return {"candidate": name, "before_us": before, "after_us": after, "after_control_us": control}
+    table[control]()
+    after_control = _span_us(reference, s)
+    return {
+        "candidate": name,
+        "control": control,
+        "before_us": before,
+        "after_us": after,
+        "after_control_us": after_control,
+    }
 
 
-ISSUE_ROWS = ("issue_library", "issue_library_caller_stream", "issue_minimal")
+ISSUE_ROWS = (
+    "issue_library",
+    "issue_library_own_stream",
+    "issue_library_caller_stream",
+    "issue_minimal",
+    "issue_minimal_caller_stream",
+)
+# Second round of questions (call K): does a capture on the caller's stream ever switch the
+# process, alone or after another capture with a break?
+# (``library_k1`` is the library as it now is, capturing on the caller's stream ``s``.)
+FOLLOW_UPS = (
+    "none@library_k1_own_stream",
+    "library_k1_own_stream@library_k1_own_stream",
+    "none@library_k1",
+    "library_k1@library_k1",
+    "eager_between_on_s_shared_pool@eager_between_on_s_shared_pool",
+    "minimal_k1@minimal_k1",
+    "library_k1@minimal_k1",
+)
 
 
 def main() -> None:
@@ -225,8 +269,11 @@ def main() -> None:
         return
     s = torch.cuda.Stream()
     x = y = torch.zeros(1, device="cuda")
-    names = list(candidates(x, y, s)) + list(ISSUE_ROWS)
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    if len(sys.argv) > 3 and sys.argv[3] == "follow-ups":
+        names = list(FOLLOW_UPS) + list(ISSUE_ROWS)
+    else:
+        names = list(candidates(x, y, s)) + list(ISSUE_ROWS)
     for _ in range(rounds):
         for name in names:
             done = subprocess.run(

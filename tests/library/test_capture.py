@@ -132,6 +132,28 @@ def test_given_stream_is_used_for_capture(bcg_device: str) -> None:
     assert torch.equal(y, torch.full_like(y, 6.0))
 
 
+def test_entry_from_a_side_stream_captures_on_it(bcg_device: str) -> None:
+    # A chain captured on a stream of its own replays every kernel slower on the caller's
+    # (H200, issue 23), so a caller already on a capturable stream keeps it, as vLLM does.
+    caller = torch.cuda.Stream()
+    x = torch.ones(4, device=bcg_device)
+    seen: list[torch.cuda.Stream] = []
+    with torch.cuda.stream(caller):
+        capture = BreakableCUDAGraphCapture()
+        with capture:
+            y = x * 2
+            capture.add_eager(lambda: seen.append(torch.cuda.current_stream()))
+            z = y + 1
+        assert capture.stream == caller
+        assert seen == [caller]  # the eager step ran on the stream that will replay it
+        assert torch.cuda.current_stream() == caller
+        x.fill_(3.0)
+        capture.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(z, torch.full_like(z, 7.0))
+    assert seen == [caller, caller]
+
+
 def test_pool_is_shared_across_captures(bcg_device: str) -> None:
     x = torch.zeros(16, device=bcg_device)
     first = BreakableCUDAGraphCapture()
