@@ -2,8 +2,9 @@
 
 ``MinimalCapture`` records a region as a list of bound ``CUDAGraph.replay`` methods and the
 user's eager calls, all segments in one pool on one side stream (its own unless ``stream`` is
-given); ``replay()`` calls the list in order. It has no argument holding, no empty-graph handling, no error recovery: breaks must sit
-between captured work (never first, last or adjacent), which the benchmark's programs respect.
+given); ``replay()`` calls the list in order. It has no argument holding, no empty-graph
+handling, no error recovery: breaks must sit between captured work (never first, last or
+adjacent), which the benchmark's programs respect.
 """
 
 from __future__ import annotations

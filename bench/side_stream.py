@@ -13,11 +13,13 @@ figure). Rounds interleave the targets in rotated and reversed orders, and every
 per round, so a machine-wide state that moves all launches shows as a spread over rounds (min,
 median, max), not as one target's cost.
 
-On the H200 a process runs every graph's kernels about 0.18 us slower each (218 -> 264 us for a
-256-kernel graph, clocks unchanged) from its first capture with a break, whichever implementation
-makes it, or its first ``torch.cuda.graph`` capture (issue 23). So before the rounds every target
-captures and replays once with one break (``prime``), and each round starts by timing a plain
-256-kernel graph's GPU span (``state_gpu_s``): a state change inside the run shows there.
+On the H200 a chain captured on a stream of its own replays every kernel about 0.18 us slower on
+the caller's stream, and once a second such capture with a break is made, so does every graph of
+the process (218 -> 264 us for a 256-kernel graph, clocks unchanged; issue 23, DESIGN.md). The
+minimal reference and ``breakable-cuda-graphs`` capture on their own streams; the library, on
+``s``. So before the rounds every target captures and replays once with one break (``prime``),
+and each round starts by timing a plain 256-kernel graph's GPU span (``state_gpu_s``): a state
+change inside the run shows there.
 """
 
 from __future__ import annotations
