@@ -27,7 +27,7 @@ KERNELS = 256
 EXTRAS = 6
 
 
-def _span_us(graph: torch.cuda.CUDAGraph, stream: torch.cuda.Stream) -> float:
+def span_us(graph: torch.cuda.CUDAGraph, stream: torch.cuda.Stream) -> float:
     windows = []
     with torch.cuda.stream(stream):
         for _ in range(15):
@@ -41,10 +41,12 @@ def _span_us(graph: torch.cuda.CUDAGraph, stream: torch.cuda.Stream) -> float:
     return round(statistics.median(windows), 1)
 
 
-def _capture(stream: torch.cuda.Stream, x: torch.Tensor, kernels: int) -> torch.cuda.CUDAGraph:
+def capture_graph(
+    stream: torch.cuda.Stream, x: torch.Tensor, kernels: int, pool: object = None
+) -> torch.cuda.CUDAGraph:
     g = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):
-        g.capture_begin()
+        g.capture_begin(pool=pool)
         for _ in range(kernels):
             x.mul_(1.0001)
         g.capture_end()
@@ -57,29 +59,29 @@ def run(variant: str) -> dict[str, object]:
     y = torch.randn(1024, device="cuda")
     s.wait_stream(torch.cuda.current_stream())
     torch.cuda.synchronize()
-    reference = _capture(s, x, KERNELS)
+    reference = capture_graph(s, x, KERNELS)
     for _ in range(20):
         reference.replay()
     torch.cuda.synchronize()
-    spans = {"graphs_1": _span_us(reference, s)}
+    spans = {"graphs_1": span_us(reference, s)}
     extras: list[torch.cuda.CUDAGraph] = []
     for _ in range(EXTRAS):
         if variant == "eager_between":
             with torch.cuda.stream(s):
                 y.add_(0.0)
-        extras.append(_capture(s, y, 4))
+        extras.append(capture_graph(s, y, 4))
         if variant == "one_capture_two_graphs":
             with torch.cuda.stream(s):
                 y.add_(0.0)
-            extras.append(_capture(s, y, 4))
+            extras.append(capture_graph(s, y, 4))
         torch.cuda.synchronize()
-        spans[f"graphs_{1 + len(extras)}"] = _span_us(reference, s)
+        spans[f"graphs_{1 + len(extras)}"] = span_us(reference, s)
     for g in extras:
         g.reset()
     extras.clear()
     gc.collect()
     torch.cuda.synchronize()
-    spans["after_reset"] = _span_us(reference, s)
+    spans["after_reset"] = span_us(reference, s)
     return {"variant": variant, "reference_span_us": spans}
 
 

@@ -25,31 +25,9 @@ from collections.abc import Callable
 
 import torch
 
+from bench.probes.graph_count_state import capture_graph, span_us
+
 KERNELS = 256
-
-
-def _span_us(graph: torch.cuda.CUDAGraph, stream: torch.cuda.Stream) -> float:
-    windows = []
-    with torch.cuda.stream(stream):
-        for _ in range(15):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(10):
-                graph.replay()
-            end.record()
-            end.synchronize()
-            windows.append(start.elapsed_time(end) * 1000 / 10)
-    return round(statistics.median(windows), 1)
-
-
-def _capture(stream: torch.cuda.Stream, x: torch.Tensor, kernels: int, pool=None):
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        g.capture_begin(pool=pool)
-        for _ in range(kernels):
-            x.mul_(1.0001)
-        g.capture_end()
-    return g
 
 
 def _add_zero(y: torch.Tensor) -> None:
@@ -87,7 +65,7 @@ def candidates(x: torch.Tensor, y: torch.Tensor, s: torch.cuda.Stream) -> dict[s
         torch.cuda.synchronize()
 
     def graph_on_new_stream() -> None:
-        g = _capture(s, y, 4)
+        g = capture_graph(s, y, 4)
         t = torch.cuda.Stream()
         t.wait_stream(s)
         with torch.cuda.stream(t):
@@ -100,11 +78,11 @@ def candidates(x: torch.Tensor, y: torch.Tensor, s: torch.cuda.Stream) -> dict[s
             t = torch.cuda.Stream() if on_new_stream else s
             t.wait_stream(s)
             pool = torch.cuda.graph_pool_handle() if shared_pool else None
-            g1 = _capture(t, x, 128, pool)
+            g1 = capture_graph(t, x, 128, pool)
             if eager:
                 with torch.cuda.stream(t):
                     y.add_(0.0)
-            g2 = _capture(t, x, 128, pool)
+            g2 = capture_graph(t, x, 128, pool)
             s.wait_stream(t)
             torch.cuda.synchronize()
             kept.extend([g1, g2])
@@ -223,16 +201,16 @@ def run(spec: str) -> dict[str, object]:
     with torch.cuda.stream(s):
         y.add_(0.0)  # the break's kernel has run once, eagerly, before anything
     torch.cuda.synchronize()
-    reference = _capture(s, z, KERNELS)
+    reference = capture_graph(s, z, KERNELS)
     for _ in range(20):
         reference.replay()
     torch.cuda.synchronize()
-    before = _span_us(reference, s)
+    before = span_us(reference, s)
     table = candidates(x, y, s)
     table[name]()
-    after = _span_us(reference, s)
+    after = span_us(reference, s)
     table[control]()
-    after_control = _span_us(reference, s)
+    after_control = span_us(reference, s)
     return {
         "candidate": name,
         "control": control,
