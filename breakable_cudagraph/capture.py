@@ -138,7 +138,7 @@ def _capture_stream(caller: torch.cuda.Stream) -> torch.cuda.Stream:
     Capturing on the stream that replays matters for speed, not correctness. On the H200
     (torch 2.11, issue 23) a chain captured on a stream of its own, whose eager step therefore
     ran there at capture, replays every kernel about 0.18 us slower on the caller's stream:
-    +47 to +51 us at one break for a 256-kernel body, against +1.5 to +3.5 us when the same
+    +46 to +52 us at one break for a 256-kernel body, against +1.5 to +3.5 us when the same
     chain is captured on the caller's stream (``bench/probes/state_trigger.py``).
     """
     if caller == torch.cuda.default_stream():  # current_stream()'s device, as the caller's
