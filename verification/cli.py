@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from verification.commands import certify, check, fuzz, fuzz_op, mutate
 from verification.commands.options import forget_new_outputs, remove_new_outputs
 from verification.devices import hide_gpu
-from verification.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError
+from verification.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, catch_ctrl_c
 from verification.targets.upstream import use_target_path
 
 # Subcommand -> (adds its parser, runs it on the parsed arguments and the argv).
@@ -88,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     forget_new_outputs()
     try:
         args = build_parser().parse_args(argv)
+        if from_command_line:
+            catch_ctrl_c()
         if from_command_line and getattr(args, "device", None) == "sim":
             # This process is the command's own: a simulator run never touches a real GPU.
             hide_gpu()

@@ -1,10 +1,16 @@
 """The harness's user-facing failure and its exit codes, shared by every command.
 
 A :class:`UsageError` is a mistake in what the user asked for: a command prints it as one
-``error: ...`` line on stderr and exits :data:`EXIT_USAGE`, never with a traceback.
+``error: ...`` line on stderr and exits :data:`EXIT_USAGE`, never with a traceback. Ctrl-C ends
+a command with :data:`EXIT_INTERRUPTED` (:func:`catch_ctrl_c`, :func:`raise_if_interrupted`).
 """
 
 from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+from typing import Any
 
 # Exit statuses of every command: nothing found, a finding (or a failed check), bad input,
 # and interrupted by Ctrl-C (the shell's 128 + SIGINT).
@@ -13,3 +19,38 @@ EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 class UsageError(Exception):
     """A mistake in what the user asked for; the CLI prints it on one line and exits 2."""
+
+
+# Python drops a KeyboardInterrupt raised while a destructor runs (a simulated graph's
+# ``__del__``, say) and the command would run on for minutes, holding its output open (CI saw
+# `certify` outlive Ctrl-C by 120 s). So the command's handler also remembers the interrupt, and
+# the search loop raises it again at its next example.
+_interrupted = False
+
+
+def _on_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
+def _unraisable(info: Any, _default: Any = sys.unraisablehook) -> None:
+    # The dropped interrupt is remembered: Python's "Exception ignored in ..." would be noise.
+    if not isinstance(info.exc_value, KeyboardInterrupt):
+        _default(info)
+
+
+def catch_ctrl_c() -> None:
+    """In a command's own process: Ctrl-C is remembered as well as raised, so that one lost in
+    a destructor is raised again by :func:`raise_if_interrupted`."""
+    global _interrupted
+    _interrupted = False
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_ctrl_c)
+        sys.unraisablehook = _unraisable
+
+
+def raise_if_interrupted() -> None:
+    """Raises ``KeyboardInterrupt`` if Ctrl-C came and was lost; the loops call it each step."""
+    if _interrupted:
+        raise KeyboardInterrupt

@@ -19,6 +19,8 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.database import ExampleDatabase
 
+from verification.errors import raise_if_interrupted
+
 F = TypeVar("F")
 
 
@@ -102,6 +104,7 @@ def search(
     tally = {"generated": 0, "found": 0}
 
     def example(value: Any) -> None:
+        raise_if_interrupted()  # a Ctrl-C a destructor swallowed ends the search here
         outcome.examples += 1
         if not tally["found"]:
             tally["generated"] += 1

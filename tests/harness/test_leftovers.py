@@ -115,6 +115,52 @@ def test_ctrl_c_during_certify_is_one_line_exit_130_and_leaves_nothing(tmp_path)
     assert not out.exists()
 
 
+# A target whose first capture sends Ctrl-C to its own process from inside a destructor, where
+# Python drops the KeyboardInterrupt ("Exception ignored in ..."): the race CI once lost, made
+# certain. The command must still end at once, not run its campaign for minutes.
+SWALLOWED_CTRL_C_TARGET = """
+import os
+import signal
+import time
+
+import breakable_cudagraph as _library
+
+eager_break_during_capture = _library.eager_break_during_capture
+
+
+class _SendsCtrlCWhenFreed:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)  # the interrupt lands here, inside the destructor, and is dropped
+
+
+class BreakableCUDAGraphCapture(_library.BreakableCUDAGraphCapture):
+    sent = False
+
+    def __init__(self, *args, **kwargs):
+        if not BreakableCUDAGraphCapture.sent:
+            BreakableCUDAGraphCapture.sent = True
+            _SendsCtrlCWhenFreed()  # freed at once
+        super().__init__(*args, **kwargs)
+"""
+
+
+def test_ctrl_c_lost_in_a_destructor_still_ends_certify_at_once(tmp_path):
+    (tmp_path / "swallowing_target.py").write_text(SWALLOWED_CTRL_C_TARGET)
+    out = tmp_path / "cert"
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "verification", "certify", "--device", "sim",
+         "--target", "swallowing_target", "--out", str(out)],
+        cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr.strip() == "interrupted: nothing written", done.stderr[-2000:]
+    assert not out.exists()
+    # The standard profile's fuzz campaign alone takes minutes; the next example ends it.
+    assert time.monotonic() - start < 120
+
+
 def test_an_output_path_that_is_a_file_is_one_line_and_left_alone(tmp_path):
     taken = tmp_path / "taken"
     taken.write_text("mine\n")
