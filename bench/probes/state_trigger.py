@@ -1,17 +1,19 @@
-"""GPU probe (issue 23): which step of a capture with a break switches the process to slow replays.
+"""GPU probe (issue 23): what makes a capture with a break slow every kernel of its replay.
 
-On the H200 a plain 256-kernel graph replays about 0.18 us per kernel slower from the first
-capture with a break onwards (any implementation's), while a capture without one never moved it.
-Earlier probes timed every variant after that switch, so none could tell what fires it. Here
-each candidate runs in a fresh child: a reference graph's GPU span (CUDA events, median of 15
-windows of 10 replays on side stream ``s``) is taken before the candidate, after it, and after a
-positive control (the library's own capture at k = 1), so a child whose state never moves says
-so. The candidates take a break's capture apart: a kernel on a stream that has run none yet, a
-wait only, two graphs sharing a pool, an eager kernel between two captures on ``s`` or on a new
-stream, the minimal reference, the library on its own stream and on the caller's, a plain
-``torch.cuda.graph`` capture, a ``cudaFree``; ``candidate@control`` names another control. ``issue_*`` candidates time the issue's k = 1 row
-instead (the named capture first in a fresh process: its k = 0, then its k = 1, 200 synced
-replays each). One JSON line per child. Run on a GPU: ``python -m bench.probes.state_trigger``.
+Earlier probes saw a whole process switch to graphs running about 0.18 us per kernel slower "at
+its first capture with a break", but timed every variant after that switch, so none could tell
+what fires it. Here each candidate runs in a fresh child: a reference graph's GPU span (CUDA
+events, median of 15 windows of 10 replays on side stream ``s``) is taken before the candidate,
+after it, and after a control (default: the library's capture at k = 1), so a child whose state
+never moves says so. The candidates take a break's capture apart: a kernel on a stream that has
+run none yet, a wait only, two graphs sharing a pool, an eager kernel between two captures on
+``s`` or on a new stream, the minimal reference, the library on its own stream and on the
+caller's (``library_k1`` is the library as it is: since call J it captures on the caller's
+stream), a plain ``torch.cuda.graph`` capture, a ``cudaFree``; ``candidate@control`` names
+another control. ``issue_*`` candidates time the issue's k = 1 row instead (the named capture
+first in a fresh process: its k = 0, then its k = 1, 200 synced replays each). One JSON line per
+child. Run on a GPU: ``python -m bench.probes.state_trigger --all [ROUNDS [follow-ups]]``.
+Findings: ``results/gpu/2026-12-03c.md`` and DESIGN.md.
 """
 
 from __future__ import annotations
