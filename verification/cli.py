@@ -88,11 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     forget_new_outputs()
     try:
         args = build_parser().parse_args(argv)
-        if from_command_line:
+        if from_command_line:  # this process is the command's own
             catch_ctrl_c()
-        if from_command_line and getattr(args, "device", None) == "sim":
-            # This process is the command's own: a simulator run never touches a real GPU.
-            hide_gpu()
+            if getattr(args, "device", None) == "sim":
+                hide_gpu()  # a simulator run never touches a real GPU
         use_target_path(args)
         return COMMANDS[args.command][1](args, argv)
     except UsageError as error:

@@ -85,18 +85,24 @@ def run(variant: str) -> dict[str, object]:
     return {"variant": variant, "reference_span_us": spans}
 
 
+def print_each_in_fresh_child(module: str, args: list[str]) -> None:
+    """Runs ``python -m module arg`` for each arg, one fresh process after another (a process
+    state is what these probes look at), and prints each child's last line of output."""
+    for arg in args:
+        done = subprocess.run(
+            [sys.executable, "-m", module, arg], capture_output=True, text=True, timeout=120
+        )
+        line = done.stdout.strip().splitlines()[-1:] or [done.stderr[-300:]]
+        print(line[0], flush=True)
+
+
 def main() -> None:
     if len(sys.argv) > 1:
         print(json.dumps(run(sys.argv[1])))
         return
-    for variant in VARIANTS:
-        for _ in range(2):
-            done = subprocess.run(
-                [sys.executable, "-m", "bench.probes.graph_count_state", variant],
-                capture_output=True, text=True, timeout=120,
-            )  # fmt: skip
-            line = done.stdout.strip().splitlines()[-1:] or [done.stderr[-300:]]
-            print(line[0], flush=True)
+    print_each_in_fresh_child(
+        "bench.probes.graph_count_state", [v for v in VARIANTS for _ in range(2)]
+    )
 
 
 if __name__ == "__main__":
