@@ -13,8 +13,9 @@ from types import FrameType
 from typing import Any
 
 # Exit statuses of every command: nothing found, a finding (or a failed check), bad input,
-# and interrupted by Ctrl-C (the shell's 128 + SIGINT).
-EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# the harness itself failed (so that CI can tell "your code is broken" from "the harness
+# broke"), and interrupted by Ctrl-C (the shell's 128 + SIGINT).
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 class UsageError(Exception):
