@@ -18,7 +18,13 @@ from typing import Any, NoReturn
 from verification.commands import certify, check, fuzz, fuzz_op, mutate
 from verification.commands.options import forget_new_outputs, remove_new_outputs
 from verification.devices import hide_gpu
-from verification.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, catch_ctrl_c
+from verification.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    UsageError,
+    catch_ctrl_c,
+    hide_expected_warnings,
+)
 from verification.targets.upstream import use_target_path
 
 # Subcommand -> (adds its parser, runs it on the parsed arguments and the argv).
@@ -90,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         if from_command_line:  # this process is the command's own
             catch_ctrl_c()
+            hide_expected_warnings()
             if getattr(args, "device", None) == "sim":
                 hide_gpu()  # a simulator run never touches a real GPU
         use_target_path(args)

@@ -3,12 +3,17 @@
 A :class:`UsageError` is a mistake in what the user asked for: a command prints it as one
 ``error: ...`` line on stderr and exits :data:`EXIT_USAGE`, never with a traceback. Ctrl-C ends
 a command with :data:`EXIT_INTERRUPTED` (:func:`catch_ctrl_c`, :func:`raise_if_interrupted`).
+Warnings the harness provokes on purpose never reach the user, and any other warning says
+whose it is (:func:`hide_expected_warnings`).
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
+import warnings
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -55,3 +60,38 @@ def raise_if_interrupted() -> None:
     """Raises ``KeyboardInterrupt`` if Ctrl-C came and was lost; the loops call it each step."""
     if _interrupted:
         raise KeyboardInterrupt
+
+
+# What the harness's own work provokes, true of every target: hypothesis rendering a long
+# program, torch warning at each empty segment (planted copies and leading breaks end many),
+# and CUDA refusing a graph's reset after a capture the harness broke on purpose.
+EXPECTED_WARNINGS = (
+    "Generating overly large repr",
+    "The CUDA Graph is empty",
+    "CUDA warning: operation not permitted when stream is capturing",
+)
+_HARNESS = Path(__file__).resolve().parent
+
+
+def _show(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    whose = "the harness" if _HARNESS in Path(filename).resolve().parents else "the target"
+    first = str(message).splitlines()[0] if str(message) else ""
+    print(
+        f"warning from {whose} ({filename}:{lineno}): {category.__name__}: {first}",
+        file=sys.stderr if file is None else file,
+    )
+
+
+def hide_expected_warnings() -> None:
+    """In a command's process (and its workers): the harness's expected warnings are dropped,
+    and every other warning prints as one line that says whose code raised it."""
+    for message in EXPECTED_WARNINGS:
+        warnings.filterwarnings("ignore", message=re.escape(message))
+    warnings.showwarning = _show

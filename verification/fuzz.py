@@ -63,6 +63,10 @@ class CampaignConfig:
     # None: the contract the target declares.
     contract: str | None = None
     database: ExampleDatabase | None = field(default_factory=shared_database)
+    # A wall-clock budget beside the example budget (None: none).
+    seconds: float | None = None
+    # Only whether the target fails: findings unshrunk, the campaign ends at the first.
+    verdict_only: bool = False
 
     def command(self, target_name: str, device_kind: str) -> str:
         if self.command_line is not None:
@@ -171,6 +175,9 @@ def _search(
         key=lambda finding: (finding.kind, finding.violation),
         usable=lambda: unusable(target, device),
         database=config.database,
+        seconds=config.seconds,
+        shrink=not config.verdict_only,
+        max_findings=0 if config.verdict_only else 8,
     )
 
 

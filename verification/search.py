@@ -1,15 +1,21 @@
 """The one hypothesis driver of fuzz campaigns and property checks: every distinct finding, shrunk.
 
-:func:`search` runs a body on drawn values within a budget of generated examples. When the body
-returns a finding, hypothesis shrinks it; the search then goes on, in rounds, treating findings
-of a symptom already found as passes, until the budget is spent, so each symptom is reported
-once, by its shrunk example. A ``usable`` probe between rounds stops the search when a finding
-left the target unusable, since every later example would only report that leftover.
+:func:`search` runs a body on drawn values within a budget of generated examples and, when
+given, of wall-clock seconds. When the body returns a finding, hypothesis shrinks it; the
+search then goes on, in rounds, treating findings of a symptom already found as passes, until
+the budget is spent, so each symptom is reported once, by its shrunk example. A ``usable``
+probe between rounds stops the search when a finding left the target unusable, since every
+later example would only report that leftover.
+
+A time budget never loses a finding: once it is spent no new example starts, a finding being
+shrunk keeps shrinking up to :data:`SHRINK_GRACE` times the budget, and past that the smallest
+failing example so far is reported.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -22,6 +28,8 @@ from hypothesis.database import ExampleDatabase
 from verification.errors import raise_if_interrupted
 
 F = TypeVar("F")
+# How far past its time budget a search may go on shrinking a finding it already holds.
+SHRINK_GRACE = 1.5
 
 
 def symptom(message: str) -> str:
@@ -29,6 +37,11 @@ def symptom(message: str) -> str:
     sizes, indices or values are one symptom."""
     first = message.splitlines()[0] if message else ""
     return re.sub(r"0x[0-9a-fA-F]+|\d+(\.\d+)?(e[-+]?\d+)?", "#", first)
+
+
+class _OutOfTime(BaseException):
+    """Ends a hypothesis run when the time budget is spent; hypothesis passes exceptions that
+    are not ``Exception`` through without shrinking or reporting them."""
 
 
 class _Found(Exception):
@@ -47,9 +60,12 @@ class Outcome(Generic[F]):
     examples: int = 0
     findings: list[F] = field(default_factory=list)
     stopped: str | None = None
+    # Whether the time budget ended the search before its example budget.
+    out_of_time: bool = False
 
 
-def _settings(examples: int, database: ExampleDatabase | None) -> settings:
+def _settings(examples: int, database: ExampleDatabase | None, shrink: bool) -> settings:
+    skipped = {Phase.explain} if shrink else {Phase.explain, Phase.shrink}
     return settings(
         max_examples=examples,
         database=database,
@@ -59,7 +75,7 @@ def _settings(examples: int, database: ExampleDatabase | None) -> settings:
         suppress_health_check=list(HealthCheck),
         # The explain phase only annotates the report we do not print, and its internal
         # checks trip over programs whose length depends on earlier choices.
-        phases=[p for p in Phase if p is not Phase.explain],
+        phases=[p for p in Phase if p not in skipped],
     )
 
 
@@ -87,6 +103,8 @@ def search(
     usable: Callable[[], str | None] | None = None,
     database: ExampleDatabase | None = None,
     max_findings: int = 8,
+    seconds: float | None = None,
+    shrink: bool = True,
 ) -> Outcome[F]:
     """Runs ``body`` on values of ``strategy`` until ``examples`` have been generated; returns
     each distinct finding (by ``key``) once, shrunk.
@@ -96,15 +114,28 @@ def search(
     Only the examples a round generated before its finding count against the budget, not
     shrinking's. ``error_finding`` turns an exception the body raises into a finding (else it
     propagates); ``usable`` says why the target cannot go on after a finding, or None.
+    ``seconds`` bounds the search's wall-clock time as well; ``shrink=False`` reports each
+    finding as first drawn (for a yes-or-no answer, as the planted-bug evidence needs).
     """
     outcome: Outcome[F] = Outcome()
     known: set[Hashable] = set()
     spent = 0
     # This round's examples up to its first new finding, and whether it has one yet.
     tally = {"generated": 0, "found": 0}
+    began = time.monotonic()
+    stop_at = None if seconds is None else began + seconds
+    stop_shrinking_at = None if seconds is None else began + SHRINK_GRACE * seconds
+    # The smallest failing value of the finding being shrunk: hypothesis only ever tries
+    # values smaller than its best, so the latest failure is that best.
+    shrinking: list[Any] = []
 
     def example(value: Any) -> None:
         raise_if_interrupted()  # a Ctrl-C a destructor swallowed ends the search here
+        now = time.monotonic()
+        if stop_at is not None and not tally["found"] and now > stop_at:
+            raise _OutOfTime
+        if stop_shrinking_at is not None and tally["found"] and now > stop_shrinking_at:
+            raise _OutOfTime
         outcome.examples += 1
         if not tally["found"]:
             tally["generated"] += 1
@@ -116,18 +147,28 @@ def search(
             finding = error_finding(error)
         if finding is not None and key(finding) not in known:
             tally["found"] = 1
+            shrinking[:] = [finding]
             raise _Found(finding)
 
     for round_ in range(max_findings + 1):
         if spent >= examples:
             break
+        if stop_at is not None and time.monotonic() > stop_at:
+            outcome.out_of_time = True
+            break
         tally.update(generated=0, found=0)
+        shrinking.clear()
         # Settings outside the seed: @seed drops the database of the settings it wraps.
-        run = _settings(examples - spent, database)(
+        run = _settings(examples - spent, database, shrink)(
             hypothesis_seed(seed + round_)(given(strategy)(example))
         )
         try:
             run()
+        except _OutOfTime:
+            outcome.out_of_time = True
+            if shrinking:  # shrinking ran past its grace: the smallest failure so far
+                outcome.findings.append(shrinking[0])
+            break
         except Exception as error:
             found = _found_in(error)
             if found is None:

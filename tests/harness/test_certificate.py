@@ -179,7 +179,7 @@ def test_certificate_md_says_what_ran_on_what_by_which_command(tmp_path):
     for prop in PROPERTIES:
         assert re.search(rf"^\| {prop} \(property\) \| \d+ examples?", text, re.MULTILINE), prop
     assert "| sensitivity |" not in text
-    assert "not measured: --no-sensitivity was given" in text
+    assert "not measured: --no-sensitivity (--sensitivity=off) was given" in text
     cert = json.loads((out / "certificate.json").read_text())
     assert cert["profile"] == {
         "name": "quick",
@@ -188,13 +188,22 @@ def test_certificate_md_says_what_ran_on_what_by_which_command(tmp_path):
     }
     assert cert["target"]["dirty"] and not cert["target"]["untracked"]
     assert "overly large repr" not in done.stderr
+    # Off a terminal (a CI log) a line as each check starts and ends, the verdict last, and
+    # none of the warnings the harness provokes itself.
+    lines = done.stdout.splitlines()
+    assert any(line.endswith("fuzz: started, budget 4 s") for line in lines), done.stdout
+    for name in ("fuzz", *PROPERTIES):
+        assert any(re.search(rf"\] {name}: pass, \d+ examples in", line) for line in lines), name
+    assert lines[-1].startswith("certify: PASS"), done.stdout
+    assert "warning" not in done.stderr.lower(), done.stderr
 
 
 def test_checks_is_the_one_list_of_certify_a_row_per_property(monkeypatch):
+    # The property checks are one entry, run side by side, and a row each in the certificate.
     assert [c.name for c in checks.CHECKS] == [
         "fuzz",
         "ops",
-        *PROPERTIES,
+        "properties",
         "sensitivity",
         "mutation",
     ]

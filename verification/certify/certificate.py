@@ -105,6 +105,8 @@ def _check_row(result: CheckResult) -> dict[str, Any]:
     }
     if result.cycles is not None:
         row["cycles"] = result.cycles
+    if result.budget_s is not None:
+        row["budget_seconds"] = round(result.budget_s, 1)
     if result.not_applicable is not None:
         row["not_applicable"] = result.not_applicable
     return row
@@ -164,7 +166,9 @@ def certificate(
         "checks": [_check_row(r) for r in results],
         "coverage": _merge_coverage(results),
         "sensitivity": sensitivity,
-        "sensitivity_skipped": None if sensitivity is not None else "--no-sensitivity was given",
+        "sensitivity_skipped": None
+        if sensitivity is not None
+        else "--no-sensitivity (--sensitivity=off) was given",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -185,16 +189,24 @@ def _budget(row: dict[str, Any]) -> str:
         return "-"
     unit = "mutant" if row["kind"] == "mutation" else "example"
     text = f"{row['examples']} {unit}{'' if row['examples'] == 1 else 's'}"
-    return text + (f", {row['cycles']} cycles each" if "cycles" in row else "")
+    text += f", {row['cycles']} cycles each" if "cycles" in row else ""
+    return text + (f" in a {row['budget_seconds']:g} s budget" if "budget_seconds" in row else "")
 
 
 def _sensitivity_row(sensitivity: dict[str, Any]) -> str:
     found, total = sensitivity["found"], sensitivity["total"]
     verdict = "pass" if found == total else f"MISSED {total - found}"
     return (
-        f"| sensitivity | {total} planted bugs, each through its check | "
+        f"| sensitivity | {total} planted bugs, each through its check{_when(sensitivity)} | "
         f"{sensitivity['seconds']} | {found} of {total} found: {verdict} |"
     )
+
+
+def _when(sensitivity: dict[str, Any]) -> str:
+    """Where the evidence was cached: when it was measured."""
+    if sensitivity.get("source") != "cached":
+        return ""
+    return f" (cached: measured {sensitivity['measured_at']})"
 
 
 def markdown(cert: dict[str, Any]) -> str:
@@ -232,7 +244,7 @@ def markdown(cert: dict[str, Any]) -> str:
     if sensitivity is not None:
         lines.append(
             f"- evidence: the checks found {sensitivity['found']} of {sensitivity['total']} "
-            "planted bugs in this environment (Sensitivity below)"
+            f"planted bugs in this environment{_when(sensitivity)} (Sensitivity below)"
         )
     lines += [
         "",
@@ -266,8 +278,9 @@ def markdown(cert: dict[str, Any]) -> str:
     else:
         lines.append(
             f"planted-bug targets found: {sensitivity['found']} of {sensitivity['total']} "
-            f"(same environment; fuzz targets up to {sensitivity['fuzz_examples_cap']} examples "
-            f"each, stopping at the first finding; property targets "
+            f"(same environment{_when(sensitivity)}; fuzz targets up to "
+            f"{sensitivity['fuzz_examples_cap']} examples each, stopping at the first finding; "
+            "property targets "
             f"{sensitivity['property_examples']} examples and {sensitivity['property_cycles']} "
             "cycles each, through the property that must find them)"
         )

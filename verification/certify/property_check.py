@@ -17,12 +17,13 @@ import os
 import sys
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from verification.certify.run import CertifyRun, Check, CheckResult
+from verification.certify.run import CertifyRun, CheckResult
 from verification.devices import device_context
 from verification.findings import TARGET_BUG
 from verification.isolation import run_child, signal_name
@@ -42,13 +43,24 @@ def names(choice: str) -> list[str]:
 
 
 def run_properties(
-    choice: str, target: Any, kind: str, examples: int, seed: int = 0, cycles: int = DEFAULT_CYCLES
+    choice: str,
+    target: Any,
+    kind: str,
+    examples: int,
+    seed: int = 0,
+    cycles: int = DEFAULT_CYCLES,
+    *,
+    seconds: float | None = None,
+    verdict_only: bool = False,
 ) -> list[PropertyResult]:
-    """Runs the chosen properties in this process on device ``kind``. Once a check leaves the
-    target unusable, the rest are skipped: they would report its leftover as bugs of their own."""
+    """Runs the chosen properties in this process on device ``kind``, each within ``examples``
+    and, when given, ``seconds``. Once a check leaves the target unusable, the rest are
+    skipped: they would report its leftover as bugs of their own."""
     results: list[PropertyResult] = []
     with device_context(kind) as device:
-        config = CheckConfig(target, kind, device, examples, seed, cycles)
+        config = CheckConfig(
+            target, kind, device, examples, seed, cycles, seconds=seconds, verdict_only=verdict_only
+        )
         left_by: str | None = None
         for name in names(choice):
             if left_by is not None:
@@ -62,13 +74,20 @@ def run_properties(
 
 
 def _forked_check(
-    name: str, target: Any, kind: str, examples: int, seed: int, cycles: int, conn: Any
+    name: str,
+    target: Any,
+    kind: str,
+    examples: int,
+    seed: int,
+    cycles: int,
+    seconds: float | None,
+    conn: Any,
 ) -> None:
     # The OpenMP pool of the parent (made by any parallel CPU op before the fork, fuzz's for
     # one) does not exist in a forked child: its next parallel op would wait for it forever
     # (a hang seen certifying SGLang). One thread never touches that pool.
     torch.set_num_threads(1)
-    results = run_properties(name, target, kind, examples, seed, cycles)
+    results = run_properties(name, target, kind, examples, seed, cycles, seconds=seconds)
     conn.send(json.dumps(to_json(results)))
     conn.close()
 
@@ -81,9 +100,11 @@ def run_forked(
     seed: int = 0,
     cycles: int = DEFAULT_CYCLES,
     jobs: int = 1,
+    *,
+    seconds: float | None = None,
 ) -> list[PropertyResult]:
     """The simulator's isolation: each property in a forked child of this process, ``jobs`` at
-    a time. A fork starts with torch and the harness imported, and with the target as this
+    a time, each within ``seconds`` when given. A fork starts with torch and the harness imported, and with the target as this
     process holds it, untouched by any check; a new interpreter would spend seconds on
     imports per check. Not for a GPU: a CUDA context does not survive a fork."""
     context = multiprocessing.get_context("fork")
@@ -97,7 +118,8 @@ def run_forked(
             number, name = pending.pop(0)
             receive, send = context.Pipe(duplex=False)
             child = context.Process(
-                target=_forked_check, args=(name, target, kind, examples, seed, cycles, send)
+                target=_forked_check,
+                args=(name, target, kind, examples, seed, cycles, seconds, send),
             )
             sys.stdout.flush()  # or the child would print what this process buffered
             sys.stderr.flush()
@@ -195,50 +217,69 @@ def _crash_result(name: str, status: int, err: str) -> PropertyResult:
     return PropertyResult(name, 0, 0.0, [property_finding(name, TARGET_BUG, message)])
 
 
+# Under a time budget the example counts are caps that time, not they, should reach.
+BUDGETED_EXAMPLES = 100_000
+
+
 def certify_budget(run: CertifyRun) -> tuple[int, int]:
     """Examples and repetition cycles per property under certify's settings."""
-    examples = max(5, (run.config.examples or 25) // 10)
+    if run.schedule.property_s is not None:
+        examples = BUDGETED_EXAMPLES
+    else:
+        examples = max(5, (run.config.examples or 25) // 10)
     # The issue's 10,000 cycles are for the GPU, whose caching allocator absorbs a small leak
     # for a while; the simulator's allocator shows any per-cycle leak in 1,000.
-    long_run = (run.config.examples or 0) >= 2000
+    long_run = (run.config.examples or 0) >= 2000 and run.schedule.property_s is None
     cycles = (10_000 if run.device == "cuda" else 1_000) if long_run else DEFAULT_CYCLES
     return examples, cycles
 
 
-def certify_property(run: CertifyRun, name: str) -> CheckResult:
-    """One property as one row of certify's table (``verification.certify.checks``)."""
+def _child_argv(run: CertifyRun, name: str, examples: int, cycles: int) -> list[str]:
+    argv = ["check", name, "--target", run.target.name, "--device", "cuda"]
+    argv += ["--examples", str(examples), "--cycles", str(cycles)]
+    argv += ["--seed", str(run.config.seed)]
+    if run.schedule.property_s is not None:
+        argv += ["--budget", f"{run.schedule.property_s:.1f}"]
+    if run.config.contract:
+        argv += ["--contract", str(run.config.contract)]
+    return argv
+
+
+def certify_properties(run: CertifyRun) -> list[CheckResult]:
+    """Every property as one row of certify's table each (``verification.certify.checks``),
+    ``run.schedule.jobs`` at a time, each in a process of its own so that no check sees
+    another's leftovers."""
+    chosen = list(PROPERTIES)
     examples, cycles = certify_budget(run)
+    seconds = run.schedule.property_s
     # A target that is a module of its name is imported by a child, so that a crash ends the
     # child, not certify; one built in this process runs here.
     by_name = sys.modules.get(run.target.name) is run.target.module
     if run.device == "cuda" and by_name:
-        argv = ["check", name, "--target", run.target.name, "--device", "cuda"]
-        argv += ["--examples", str(examples), "--cycles", str(cycles)]
-        argv += ["--seed", str(run.config.seed)]
-        if run.config.contract:
-            argv += ["--contract", str(run.config.contract)]
-        result = run_in_child(name, argv)
+        with ThreadPoolExecutor(max_workers=run.schedule.jobs) as pool:
+            argvs = [_child_argv(run, name, examples, cycles) for name in chosen]
+            results = list(pool.map(run_in_child, chosen, argvs))
     elif run.device == "sim":
-        # Each property in a process of its own on the simulator too, a fork of this one, so
-        # that no check sees another's leftovers (issue 21).
-        (result,) = run_forked([name], run.target, run.device, examples, run.config.seed, cycles)
+        results = run_forked(
+            chosen, run.target, run.device, examples, run.config.seed, cycles,
+            run.schedule.jobs, seconds=seconds,
+        )  # fmt: skip
     else:
-        (result,) = run_properties(name, run.target, run.device, examples, run.config.seed, cycles)
-    run.progress(result.examples)
-    return CheckResult(
-        name,
-        result.examples,
-        result.elapsed_s,
-        list(result.findings),
-        cycles=cycles if name in CYCLING_PROPERTIES else None,
-        not_applicable=result.not_applicable,
-    )
-
-
-def property_check(name: str) -> Check:
-    """The :class:`Check` entry of one property: its row, its budget for the progress bar."""
-    return Check(
-        name,
-        lambda run: certify_property(run, name),
-        budget=lambda run: certify_budget(run)[0],
-    )
+        results = run_properties(
+            "all", run.target, run.device, examples, run.config.seed, cycles, seconds=seconds
+        )
+    rows = []
+    for result in results:
+        run.progress(result.examples)
+        rows.append(
+            CheckResult(
+                result.prop,
+                result.examples,
+                result.elapsed_s,
+                list(result.findings),
+                cycles=cycles if result.prop in CYCLING_PROPERTIES else None,
+                not_applicable=result.not_applicable,
+                budget_s=seconds,
+            )
+        )
+    return rows

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verification.certify.schedule import Schedule
 from verification.findings import Finding, about_target, fails_certificate
 from verification.fuzz import CampaignConfig
 from verification.targets import Target
@@ -20,8 +21,9 @@ from verification.userops.programs import UserOp
 @dataclass
 class CertifyRun:
     """What every check gets: the campaign settings (``config.target`` is ``target``), the
-    target loaded once (its contract resolved), the device kind actually used, the user ops
-    of ``--ops`` (loaded once), and ``progress(advance)`` to move the progress bar."""
+    target loaded once (its contract resolved), the device kind actually used, how the time
+    budget is spent (``schedule``), the user ops of ``--ops`` (loaded once), and
+    ``progress(advance)`` to move the progress bar."""
 
     config: CampaignConfig
     target: Target
@@ -30,8 +32,11 @@ class CertifyRun:
     # ``--ops MODULE:SPEC``: the refs as given (for reproducer commands) and the loaded ops.
     op_specs: Sequence[str] = ()
     users: Sequence[UserOp] = ()
-    sensitivity: bool = False
+    # "off", "fresh" (measured now) or "cached" (measured now only where no evidence of this
+    # harness, torch and device is cached).
+    sensitivity: str = "off"
     mutants: int | None = None
+    schedule: Schedule = field(default_factory=lambda: Schedule(None, None, None, 1, False))
 
 
 @dataclass
@@ -50,6 +55,8 @@ class CheckResult:
     cycles: int | None = None
     # Why the check did not apply to this target (it lacks the API checked); None: it did.
     not_applicable: str | None = None
+    # The wall-clock budget the check ran under (None: its example budget alone).
+    budget_s: float | None = None
 
     @property
     def verdict(self) -> str:
@@ -65,8 +72,11 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Check:
+    """One row of certify's table, or several (``run`` returns a list: the property checks,
+    which run side by side)."""
+
     name: str
-    run: Callable[[CertifyRun], CheckResult]
+    run: Callable[[CertifyRun], CheckResult | list[CheckResult]]
     # Examples the check expects to run, for the progress bar (None: unknown).
     budget: Callable[[CertifyRun], int | None] = lambda run: run.config.examples
     applies: Callable[[CertifyRun], bool] = lambda run: True

@@ -3,42 +3,60 @@
 count the hits.
 
 Fuzz targets (``targets``, ``vllm_minimal``: ``BUGS`` and ``build(bug)``) run the differential
-campaign with up to :data:`FUZZ_EXAMPLES` examples each (it stops at the first finding);
-property targets (``property_targets``: ``BUGS`` maps each bug to the property that must find
-it; ``runner_targets``: each for the runner property) run that property with the ``ci`` budget the suite proves each is found within. The planted
-targets ship with the package, so this measures from any install.
+campaign with up to :data:`FUZZ_EXAMPLES` examples each; property targets
+(``property_targets``: ``BUGS`` maps each bug to the property that must find it;
+``runner_targets``: each for the runner property) run that property with the ``ci`` budget
+the suite proves each is found within. The question is only whether the check fails, so each
+stops at its first failing finding, unshrunk. The planted targets ship with the package, so
+this measures from any install.
+
+They run in worker processes, as many as there are cores (forks of this process on the
+simulator, new interpreters on a GPU host), each taking the next target until none is left.
+A worker killed by a signal counts the target it was running as found (a planted bug may
+abort the process, as a nested capture begun on a GPU does); on a GPU a worker that leaves
+CUDA unusable hands the rest to a fresh one.
+
+What was measured is cached per harness source, torch, device and planted set
+(:func:`cache_path`), so that the evidence is measured once per environment, and a
+certificate built on it says so, with the date it was measured.
 """
 
 from __future__ import annotations
 
+import datetime
+import hashlib
 import importlib
+import json
+import multiprocessing
 import os
-import subprocess
+import platform
 import sys
 import tempfile
 import time
-import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verification.certify.property_check import run_properties
 from verification.certify.run import CertifyRun, CheckResult
+from verification.certify.schedule import cores
+from verification.errors import hide_expected_warnings
 from verification.findings import fails_certificate
 from verification.fuzz import CampaignConfig, run_campaign
+from verification.targets import load_target
 
 FUZZ_MODULES = ("verification.planted.targets", "verification.planted.vllm_minimal")
 PROPERTY_MODULE = "verification.planted.property_targets"
-# The runner's planted bugs (issue 25), each for the runner property.
+# The runner's planted bugs, each for the runner property.
 RUNNER_MODULE = "verification.planted.runner_targets"
-# A cap, not a cost: a campaign stops at its first finding. tests/harness/test_planted_bugs.py:
-# at 25 examples nested_break_recorded_twice was missed for seeds 0-3 (and on the H200), while
-# seeds 0-3 found it within 52-185 examples; 400 leaves twice that margin.
+# A cap, not a cost: a campaign stops at its first finding. At 25 examples
+# nested_break_recorded_twice was missed for seeds 0-3, while those seeds found it within 52 to
+# 185 examples; 400 leaves twice that margin.
 FUZZ_EXAMPLES = 400
 # The ci profile's budget, within which tests/harness/properties/ finds every planted bug.
 PROPERTY_EXAMPLES = 25
 PROPERTY_CYCLES = 30
-EMPTY_GRAPH_WARNING = "The CUDA Graph is empty"
 
 
 @dataclass(frozen=True)
@@ -69,77 +87,147 @@ def planted_targets() -> list[Planted]:
     return found
 
 
-def _fuzz_hit(planted: Planted, device: str, seed: int) -> tuple[bool, int]:
-    target = importlib.import_module(planted.module).build(planted.bug)
-    config = CampaignConfig(target=target, device=device, examples=FUZZ_EXAMPLES, seed=seed)
-    result = run_campaign(config)
-    return any(fails_certificate(f.kind) for f in result.findings), result.examples
-
-
-def _property_hit(planted: Planted, device: str, seed: int) -> tuple[bool, int]:
-    if device == "cuda":
-        return _property_hit_in_child(planted, device, seed)
-    from verification.certify.property_check import run_properties
-    from verification.targets import load_target
-
+def _measure_one(planted: Planted, kind: str, seed: int) -> dict[str, Any]:
+    """One planted target through its check: found or not, examples run, seconds."""
+    began = time.perf_counter()
     target = load_target(importlib.import_module(planted.module).build(planted.bug))
-    (result,) = run_properties(
-        planted.check, target, device, PROPERTY_EXAMPLES, seed, PROPERTY_CYCLES
-    )
-    return result.failed, result.examples
-
-
-def _property_hit_in_child(planted: Planted, device: str, seed: int) -> tuple[bool, int]:
-    """On a GPU a planted bug may leave a stream capturing: each runs in its own process."""
-    with tempfile.TemporaryDirectory() as scratch:
-        shim = Path(scratch) / "planted_property_shim.py"
-        shim.write_text(
-            f"from {planted.module} import build\n"
-            f"globals().update({{k: v for k, v in vars(build({planted.bug!r})).items() "
-            "if k != '__name__'})\n"
-        )
-        path = os.pathsep.join([scratch, os.environ.get("PYTHONPATH", "")])
-        done = subprocess.run(
-            [sys.executable, "-m", "verification", "check", planted.check, "--no-isolate",
-             "--target", shim.stem, "--device", device, "--seed", str(seed),
-             "--examples", str(PROPERTY_EXAMPLES), "--cycles", str(PROPERTY_CYCLES)],
-            env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True,
+    if planted.check == "fuzz":
+        config = CampaignConfig(
+            target=target, device=kind, examples=FUZZ_EXAMPLES, seed=seed, verdict_only=True,
+            database=None,
         )  # fmt: skip
-    # Exit 1: the property failed; killed by a signal: the bug aborted the process (a nested
-    # capture begun on a GPU does), which ``check --isolate`` would report as a crash finding.
-    return done.returncode == 1 or done.returncode < 0, PROPERTY_EXAMPLES
+        result = run_campaign(config)
+        found, examples = any(fails_certificate(f.kind) for f in result.findings), result.examples
+    else:
+        (checked,) = run_properties(
+            planted.check, target, kind, PROPERTY_EXAMPLES, seed, PROPERTY_CYCLES,
+            verdict_only=True,
+        )  # fmt: skip
+        found, examples = checked.failed, checked.examples
+    return {
+        "name": planted.name,
+        "check": planted.check,
+        "found": found,
+        "examples": examples,
+        "seconds": round(time.perf_counter() - began, 2),
+    }
+
+
+# A worker's exit status when it leaves CUDA unusable for the targets after its own.
+_EXIT_SPENT = 4
+
+
+def _worker(targets: Sequence[Planted], kind: str, seed: int, taken: Any, log: str) -> None:
+    """Takes the next target (``taken`` is the shared index of the next one) until none is
+    left; writes a ``start`` line before each and its row after, so that the parent knows which
+    target a dead worker was running."""
+    import torch
+
+    # A forked child never sees the parent's OpenMP pool: its first parallel op would wait
+    # for that pool forever. One thread never touches it.
+    torch.set_num_threads(1)
+    hide_expected_warnings()
+    library = load_target("breakable_cudagraph") if kind == "cuda" else None
+    with open(log, "a") as out:
+        while True:
+            with taken.get_lock():
+                index = taken.value
+                taken.value += 1
+            if index >= len(targets):
+                return
+            out.write(json.dumps({"start": targets[index].name}) + "\n")
+            out.flush()
+            out.write(json.dumps(_measure_one(targets[index], kind, seed)) + "\n")
+            out.flush()
+            if library is not None:
+                from verification.usable import unusable
+
+                if unusable(library, "cuda") is not None:
+                    sys.exit(_EXIT_SPENT)
+
+
+def _read_log(log: Path) -> tuple[list[dict[str, Any]], str | None]:
+    """The rows a worker wrote, and the target it started without finishing, if any."""
+    rows: list[dict[str, Any]] = []
+    running = None
+    if not log.exists():
+        return rows, None
+    for line in log.read_text().splitlines():
+        entry = json.loads(line)
+        if "start" in entry:
+            running = entry["start"]
+        else:
+            rows.append(entry)
+            running = None
+    return rows, running
+
+
+def _run_workers(
+    targets: Sequence[Planted], kind: str, seed: int, workers: int, progress: Callable[[int], None]
+) -> list[dict[str, Any]]:
+    context = multiprocessing.get_context("fork" if kind == "sim" else "spawn")
+    taken = context.Value("i", 0)
+    by_name = {planted.name: planted for planted in targets}
+    rows: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        running: list[tuple[Any, Path]] = []
+        started = 0
+
+        def start() -> None:
+            nonlocal started
+            log = Path(scratch) / f"worker{started}.jsonl"
+            started += 1
+            sys.stdout.flush()  # or the child would print what this process buffered
+            sys.stderr.flush()
+            process = context.Process(target=_worker, args=(targets, kind, seed, taken, str(log)))
+            process.start()
+            running.append((process, log))
+
+        for _ in range(max(1, min(workers, len(targets)))):
+            start()
+        reported = 0
+        while running:
+            time.sleep(0.05)
+            for process, log in list(running):
+                if process.is_alive():
+                    continue
+                running.remove((process, log))
+                finished, dead_on = _read_log(log)
+                for row in finished:
+                    rows[row["name"]] = row
+                if dead_on is not None:
+                    # Killed by a signal: the bug aborted the process (a nested capture begun on
+                    # a GPU does), which ``check --isolate`` would report as a crash finding.
+                    died = (process.exitcode or 0) < 0
+                    planted = by_name[dead_on]
+                    rows[dead_on] = {
+                        "name": dead_on,
+                        "check": planted.check,
+                        "found": died,
+                        "examples": 0,
+                        "seconds": 0.0,
+                        "ended": f"its worker ended with status {process.exitcode}",
+                    }
+                if taken.value < len(targets) and not running:
+                    start()
+            done = len(rows) + sum(len(_read_log(log)[0]) for _, log in running)
+            if done > reported:
+                progress(done - reported)
+                reported = done
+    return [rows[planted.name] for planted in targets if planted.name in rows]
 
 
 def measure(
-    device: str, seed: int = 0, progress: Callable[[int], None] = lambda advance: None
+    device: str,
+    seed: int = 0,
+    progress: Callable[[int], None] = lambda advance: None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
-    """Runs every planted target; ``progress(1)`` after each."""
+    """Runs every planted target, ``workers`` at a time (default: one per core);
+    ``progress(n)`` as targets finish."""
     targets = planted_targets()
     start = time.perf_counter()
-    rows = []
-    with warnings.catch_warnings():
-        # The planted copies end empty segments by the hundred (one per leading or adjacent
-        # break), and torch warns at each: certify's output would be nothing else.
-        warnings.filterwarnings("ignore", message=EMPTY_GRAPH_WARNING, category=UserWarning)
-        # hypothesis rendering the property checks' long strategies: noise for a reader.
-        warnings.filterwarnings("ignore", message="Generating overly large repr")
-        # What the planted bugs provoke (a call refused during a capture): expected here.
-        warnings.filterwarnings("ignore", message="CUDA warning", category=UserWarning)
-        for planted in targets:
-            began = time.perf_counter()
-            hit, examples = (_fuzz_hit if planted.check == "fuzz" else _property_hit)(
-                planted, device, seed
-            )
-            rows.append(
-                {
-                    "name": planted.name,
-                    "check": planted.check,
-                    "found": hit,
-                    "examples": examples,
-                    "seconds": round(time.perf_counter() - began, 2),
-                }
-            )
-            progress(1)
+    rows = _run_workers(targets, device, seed, workers or cores(), progress)
     by_check: dict[str, dict[str, int]] = {}
     for row in rows:
         counts = by_check.setdefault(row["check"], {"found": 0, "total": 0})
@@ -147,29 +235,100 @@ def measure(
         counts["total"] += 1
     return {
         "found": sum(row["found"] for row in rows),
-        "total": len(rows),
+        "total": len(targets),
         "seconds": round(time.perf_counter() - start, 2),
         "fuzz_examples_cap": FUZZ_EXAMPLES,
         "property_examples": PROPERTY_EXAMPLES,
         "property_cycles": PROPERTY_CYCLES,
         "by_check": by_check,
         "targets": rows,
+        "source": "fresh",
+        "measured_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+_HARNESS = Path(__file__).resolve().parents[1]
+_LIBRARY = _HARNESS.parent / "breakable_cudagraph"
+
+
+def _source_digest() -> str:
+    """A digest of the harness's and the library's source: the planted targets build on both."""
+    digest = hashlib.sha256()
+    for root in (_HARNESS, _LIBRARY):
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".cpp") and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(root.parent)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_dir() -> Path:
+    """``BCG_CACHE_DIR``, else ``$XDG_CACHE_HOME/breakable-cudagraph``, else ``~/.cache/...``."""
+    if os.environ.get("BCG_CACHE_DIR"):
+        return Path(os.environ["BCG_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "breakable-cudagraph"
+
+
+def cache_path(device: str, seed: int) -> Path:
+    """Where the evidence of this harness, torch, device (and GPU model), Python, seed and
+    planted set is cached."""
+    import torch
+
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "simulator"
+    key = json.dumps(
+        [_source_digest(), torch.__version__, device, gpu, platform.python_version(), seed,
+         [p.name for p in planted_targets()]]
+    )  # fmt: skip
+    name = hashlib.sha256(key.encode()).hexdigest()[:24]
+    return cache_dir() / "sensitivity" / f"{name}.json"
+
+
+def _cached(path: Path) -> dict[str, Any] | None:
+    try:
+        measured = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return {**measured, "source": "cached"} if isinstance(measured, dict) else None
+
+
+def _store(path: Path, measured: dict[str, Any]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(measured))
+        partial.replace(path)  # whole or not at all, whoever else writes it
+    except OSError:
+        pass  # a cache that cannot be written costs the next run its time, nothing else
 
 
 def summary_line(measured: dict[str, Any]) -> str:
     """``N of M found``, the line certify prints."""
+    how = (
+        f"cached, measured {measured['measured_at']} with this harness, torch and device"
+        if measured.get("source") == "cached"
+        else "measured now"
+    )
     return (
         f"planted bugs: {measured['found']} of {measured['total']} found, each through the "
-        "check that must find it (same environment)"
+        f"check that must find it (same environment; {how})"
     )
 
 
 def sensitivity_check(run: CertifyRun) -> CheckResult:
     """The measurement as a check of certify's table: its result is the certificate's
-    ``sensitivity`` section and the table's sensitivity row."""
+    ``sensitivity`` section and the table's sensitivity row. Under ``run.sensitivity ==
+    "cached"`` a measurement of this environment is reused; ``fresh`` (and ``cached`` where
+    none is) measures and caches it."""
     start = time.perf_counter()
-    measured = measure(run.device, run.config.seed, run.progress)
+    path = cache_path(run.device, run.config.seed) if run.sensitivity != "off" else None
+    measured = _cached(path) if path is not None and run.sensitivity == "cached" else None
+    if measured is None:
+        measured = measure(run.device, run.config.seed, run.progress, run.schedule.workers)
+        if path is not None:
+            _store(path, measured)
+    else:
+        run.progress(measured["total"])
     return CheckResult(
         "sensitivity", measured["total"], time.perf_counter() - start, section=measured
     )

@@ -1,28 +1,31 @@
 """``python -m verification certify``: run every check of
-:data:`verification.certify.checks.CHECKS` under a profile and write ``certificate.json`` and
-``certificate.md``.
+:data:`verification.certify.checks.CHECKS` under a profile and a wall-clock budget, and write
+``certificate.json`` and ``certificate.md``.
 
 It loads the target and the ``--ops`` once and passes them to every check. It says loudly when
-the simulator stood in for a GPU; exit 1 means a target bug was found, 2 bad input.
+the simulator stood in for a GPU; exit 1 means a target bug was found, 2 bad input. Off a
+terminal it logs a line as each check starts and one as it ends, and the verdict last.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 import time
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
 from verification.certify import sensitivity
 from verification.certify.certificate import certificate, write_certificate
 from verification.certify.checks import run_checks
-from verification.certify.run import CertifyRun
+from verification.certify.run import CertifyRun, CheckResult
+from verification.certify.schedule import schedule
 from verification.commands.options import (
     add_common,
     at_least,
     campaign_config,
+    positive_seconds,
     print_finding,
     writable_dir,
 )
@@ -36,13 +39,14 @@ from verification.profiles import (
     PROFILE_MEANINGS,
     PROFILES,
 )
+from verification.properties import PROPERTIES
 from verification.targets import load_target
 from verification.userops.campaign import load_user_ops
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     profiles = "\n".join(
-        f"  {name:9} {PROFILE_MEANINGS[name]} ({PROFILES[name].examples} examples, up to "
+        f"  {name:9} {PROFILE_MEANINGS[name]} ({_budget_words(name)}, up to "
         f"{PROFILES[name].max_ops} ops and {PROFILES[name].max_breaks} breaks)"
         for name in CERTIFY_PROFILES
     )
@@ -74,11 +78,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="also fuzz this break op of yours (repeatable; default: none)",
     )
     certify.add_argument(
+        "--budget",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="wall-clock seconds for the checks, spread over fuzz and the property checks "
+        f"(default: the profile's; {_default_budget_words()}); start-up and the planted-bug "
+        "evidence come on top",
+    )
+    certify.add_argument(
         "--sensitivity",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="re-run every planted-bug target of verification.planted and record how many the "
-        "checks find",
+        choices=SENSITIVITY_CHOICES,
+        default="cached",
+        help="the planted-bug evidence that each check can fail here: cached (reuse what this "
+        "harness, torch and device measured before, else measure and cache it), fresh "
+        "(measure now), off",
+    )
+    certify.add_argument(
+        "--no-sensitivity",
+        dest="sensitivity",
+        action="store_const",
+        const="off",
+        help="the same as --sensitivity=off",
     )
     certify.add_argument(
         "--mutants",
@@ -88,11 +108,63 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
 
 
+SENSITIVITY_CHOICES = ("cached", "fresh", "off")
+
+
+def _budget_words(name: str) -> str:
+    profile = PROFILES[name]
+    if profile.budget_s is None:
+        return f"{profile.examples} examples"
+    return f"{profile.budget_s:g} s, at most {profile.examples} examples"
+
+
+def _default_budget_words() -> str:
+    return ", ".join(
+        f"{name} {PROFILES[name].budget_s:g} s" if PROFILES[name].budget_s else f"{name} none"
+        for name in CERTIFY_PROFILES
+    )
+
+
+class _Log:
+    """A line as each check starts and ends, where the output is no terminal (a CI log):
+    a progress bar is drawn only on one."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.on = not quiet and not sys.stdout.isatty()
+        self.began = time.perf_counter()
+
+    def _line(self, text: str) -> None:
+        if self.on:
+            print(f"[{time.perf_counter() - self.began:6.1f} s] {text}", flush=True)
+
+    def start(self, name: str, run: CertifyRun) -> None:
+        plan = run.schedule
+        if name == "fuzz" and plan.fuzz_s is not None:
+            self._line(f"fuzz: started, budget {plan.fuzz_s:.0f} s")
+        elif name == "properties":
+            each = f", budget {plan.property_s:.0f} s each" if plan.property_s else ""
+            self._line(f"properties: started {', '.join(PROPERTIES)}, {plan.jobs} at a time{each}")
+        else:
+            self._line(f"{name}: started")
+
+    def end(self, result: CheckResult) -> None:
+        if result.section is not None:
+            self._line(f"{result.name}: {sensitivity.summary_line(result.section)}")
+            return
+        verdict = result.verdict.upper() if result.verdict == "fail" else result.verdict
+        self._line(
+            f"{result.name}: {verdict}, {result.examples} examples in {result.seconds:.1f} s"
+        )
+
+
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     began = time.perf_counter()
     kind = resolve_device(args.device)
     profile = PROFILES[args.profile]
+    budget = args.budget if args.budget is not None else profile.budget_s
     overrides = {}
+    if args.budget is not None and args.budget != profile.budget_s:
+        overrides["budget"] = args.budget
     for name in ("examples", "max_ops", "max_breaks", "replays"):
         if getattr(args, name) is None:
             setattr(args, name, getattr(profile, name))
@@ -104,9 +176,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         require_cosmic_ray()  # before the campaign, not after it
     writable_dir(args.out, "--out")
     config = campaign_config(args, target, args.out / "reproducers")
-    with warnings.catch_warnings(), progress_bar(quiet=args.quiet) as (start_check, advance):
-        # hypothesis warns when it renders a long program's repr; the certificate has them all.
-        warnings.filterwarnings("ignore", message="Generating overly large repr")
+    log = _Log(args.quiet)
+    with progress_bar(quiet=args.quiet) as (start_check, advance):
         run = CertifyRun(
             config,
             target,
@@ -116,8 +187,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             users=users,
             sensitivity=args.sensitivity,
             mutants=args.mutants,
+            schedule=schedule(budget, kind, len(PROPERTIES)),
         )
-        results = run_checks(run, start_check)
+
+        def on_check(name: str, total: int | None, unit: str) -> None:
+            log.start(name, run)
+            start_check(name, total, unit)
+
+        results = run_checks(run, on_check, log.end)
     for result in results:
         for finding, text in zip(result.findings, result.reproducers):
             print_finding(f"{result.name} {finding.summary()}", text)

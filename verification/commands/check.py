@@ -30,6 +30,7 @@ from verification.commands.options import (
     add_quiet,
     add_report,
     at_least,
+    positive_seconds,
     print_finding,
     writable_dir,
 )
@@ -77,6 +78,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=DEFAULT_CYCLES,
         help="capture-replay-reset cycles of the repetition property (10000: thorough)",
     )
+    check.add_argument(
+        "--budget",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="wall-clock seconds for each property, counted from its start; the examples are "
+        "then a cap (default: none)",
+    )
     add_report(check)
     check.add_argument(
         "--isolate",
@@ -101,13 +109,19 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         results = [run_in_child(name, argv) for name in chosen]
     elif isolate:
         jobs = forked_jobs(len(chosen))
-        results = run_forked(chosen, target, kind, args.examples, args.seed, args.cycles, jobs)
+        results = run_forked(
+            chosen, target, kind, args.examples, args.seed, args.cycles, jobs,
+            seconds=args.budget,
+        )  # fmt: skip
     else:
         results = []
         with progress_bar(quiet=args.quiet) as (start, advance):
             for name in names(args.property):
                 start(name, args.examples)
-                results += run_properties(name, target, kind, args.examples, args.seed, args.cycles)
+                results += run_properties(
+                    name, target, kind, args.examples, args.seed, args.cycles,
+                    seconds=args.budget,
+                )  # fmt: skip
                 advance(results[-1].examples)
     if args.result_file is not None:
         args.result_file.write_text(json.dumps(to_json(results)))

@@ -39,6 +39,17 @@ def at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def positive_seconds(text: str) -> float:
+    """An argparse ``type`` for a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
 def add_common(parser: argparse.ArgumentParser, defaults: bool) -> None:
     """Options of the campaign commands; ``defaults=False`` leaves budgets to certify's profile."""
     from_profile = "" if defaults else " (default: the profile's)"

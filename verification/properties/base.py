@@ -50,7 +50,9 @@ def property_finding(
 @dataclass
 class CheckConfig:
     """Budgets of one check. ``examples`` is the hypothesis budget, ``cycles`` the repetition
-    property's cycle count."""
+    property's cycle count, ``seconds`` (None: none) the check's wall-clock budget, counted
+    from when it starts. ``verdict_only`` asks only whether the check fails: findings are
+    not shrunk and the check ends at its first failing one (the planted-bug evidence)."""
 
     target: Target
     kind: str  # "cuda" or "sim"
@@ -60,6 +62,8 @@ class CheckConfig:
     cycles: int = 100
     max_ops: int = 6
     max_breaks: int = 3
+    seconds: float | None = None
+    verdict_only: bool = False
 
 
 @dataclass
@@ -123,6 +127,7 @@ class Findings:
     def __init__(self, prop: str, config: CheckConfig) -> None:
         self.prop = prop
         self.config = config
+        self.began = time.monotonic()
         self.examples = 0
         self.found: list[Finding] = []
         self.stopped: str | None = None
@@ -137,7 +142,9 @@ class Findings:
         if any(finding_key(f) == finding_key(finding) for f in self.found):
             return
         self.found.append(finding)
-        if finding.fails:
+        if finding.fails and self.config.verdict_only:
+            self.stopped = "verdict-only: the check fails"
+        elif finding.fails:
             self.stopped = unusable(self.config)
 
     def fixed(self, problem: Callable[[CheckConfig], str | None]) -> None:
@@ -170,6 +177,7 @@ class Findings:
             finding = body(value)
             return None if finding is not None and key(finding) in known else finding
 
+        seconds = self.config.seconds
         outcome = search(
             strategy,
             new_only,
@@ -178,12 +186,19 @@ class Findings:
             key=key,
             error_finding=lambda error: error_finding(self.prop, error),
             usable=lambda: unusable(self.config),
+            # What the fixed scenarios left of the check's time.
+            seconds=None if seconds is None else max(0.0, seconds - self._elapsed()),
+            shrink=not self.config.verdict_only,
+            max_findings=0 if self.config.verdict_only else 8,
         )
         self.examples += outcome.examples
         for finding in outcome.findings:
             self.add(finding)
         if outcome.stopped is not None:
             self.stopped = outcome.stopped
+
+    def _elapsed(self) -> float:
+        return time.monotonic() - self.began
 
     def result(self) -> tuple[int, list[Finding]]:
         notes = []

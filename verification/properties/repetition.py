@@ -94,8 +94,10 @@ def check(config: CheckConfig) -> CheckResult:
             return property_finding(NAME, "target-bug", problem, program, config.seed)
 
         strategy = program_strategy(config).filter(lambda p: p.num_breaks > 0)
-        # One long run is the point; a few programs cover different break layouts.
-        found.search(strategy, body, max(1, min(3, config.examples // 10)))
+        # One long run is the point; a few programs cover different break layouts, or as many
+        # as a time budget allows.
+        cap = config.examples // 10 if config.seconds is not None else min(3, config.examples // 10)
+        found.search(strategy, body, max(1, cap))
         return found.result()
 
     return timed(NAME, run)
