@@ -23,7 +23,7 @@ import torch
 
 from . import collector, thread_state
 from .arguments import PoolMemory, hold_call_arguments, hold_for_replay
-from .segments import EagerStep, GraphSegment, copy_result_back, end_graph
+from .segments import GRAPH_LOCK, EagerStep, GraphSegment, copy_result_back, end_graph
 from .switch import graphs_disabled
 from .thread_state import enter_eager_step, exit_eager_step
 from .trees import tensor_leaves
@@ -78,10 +78,14 @@ def _end_generators_capture(exc: BaseException) -> None:
     capture ends; an empty capture into a new pool ends one.
     """
     try:
-        graph = torch.cuda.CUDAGraph()
-        graph.capture_begin(pool=torch.cuda.graph_pool_handle())
-        end_graph(graph)
-        graph.reset()
+        with GRAPH_LOCK:
+            graph = torch.cuda.CUDAGraph()
+            # Thread-local: another thread's capture must neither end this one nor be ended.
+            graph.capture_begin(
+                pool=torch.cuda.graph_pool_handle(), capture_error_mode="thread_local"
+            )
+            end_graph(graph)
+            graph.reset()
     except Exception as secondary:
         _note(exc, f"clearing the CUDA generators' capture state also failed: {secondary!r}")
 
@@ -455,7 +459,8 @@ class BreakableCUDAGraphCapture:
     def _begin_graph(self) -> None:
         graph = torch.cuda.CUDAGraph()
         try:
-            graph.capture_begin(pool=self.pool, capture_error_mode=self.capture_error_mode)
+            with GRAPH_LOCK:
+                graph.capture_begin(pool=self.pool, capture_error_mode=self.capture_error_mode)
         except BaseException as exc:
             _end_generators_capture(exc)  # the generators' prologue may have run already
             raise
@@ -483,8 +488,9 @@ class BreakableCUDAGraphCapture:
         if not self._empty_graphs:
             return
         keep = 0 if self.num_graphs else 1
-        for graph in self._empty_graphs[keep:]:
-            graph.reset()
+        with GRAPH_LOCK:
+            for graph in self._empty_graphs[keep:]:
+                graph.reset()
         del self._empty_graphs[keep:]
 
     def _resume_collector(self) -> None:
@@ -502,8 +508,9 @@ class BreakableCUDAGraphCapture:
     def _release_all(self) -> None:
         for segment in self._segments:
             segment.release()
-        for graph in self._empty_graphs:
-            graph.reset()
+        with GRAPH_LOCK:
+            for graph in self._empty_graphs:
+                graph.reset()
         self._segments.clear()
         self._replay_head = None
         self._replay_plan.clear()

@@ -24,6 +24,12 @@ _EMPTY_GRAPH_WARNING = "The CUDA Graph is empty"
 # Swapping the warnings module's filters is process-global; the lock keeps two threads from
 # interleaving their swaps and losing each other's filters.
 _WARNINGS_LOCK = threading.Lock()
+# Held around every begin, end and reset of a graph this library makes. torch registers each
+# graph with the CUDA generators at capture_begin and unregisters it at reset, and those
+# tables are not safe from two threads at once: two threads capturing side by side, one of
+# them recovering from a capture CUDA invalidated, crashed the process by SIGSEGV in reset on
+# the H200 (torch 2.11). The captures themselves still run side by side.
+GRAPH_LOCK = threading.RLock()
 # What ``catch_warnings(record=True)`` plus ``simplefilter("always")`` leaves in effect: one
 # filter that lets every warning through to the recorder.
 _ALWAYS = ("always", None, Warning, None, 0)
@@ -77,7 +83,7 @@ def _capture_end_recording(graph: torch.cuda.CUDAGraph) -> list[warnings.Warning
 
 def end_graph(graph: torch.cuda.CUDAGraph) -> bool:
     """End ``graph``'s capture; True if it recorded work, False if it is empty."""
-    with _WARNINGS_LOCK:
+    with GRAPH_LOCK, _WARNINGS_LOCK:
         caught = _capture_end_recording(graph)
     if not caught:
         return True
@@ -105,7 +111,8 @@ class GraphSegment:
     def release(self) -> None:
         graph, self.graph = self.graph, None
         if graph is not None:
-            graph.reset()
+            with GRAPH_LOCK:
+                graph.reset()
         # The graph object itself must go too: until it is destroyed it stays registered with
         # the CUDA generator, which keeps its graph seed and offset tensors (a 2 MiB segment
         # on the capture's stream) alive: H200, torch 2.11, when the caller holds

@@ -123,6 +123,10 @@ def _worker(targets: Sequence[Planted], kind: str, seed: int, taken: Any, log: s
     target a dead worker was running."""
     import torch
 
+    # What the planted bugs make torch print (a crash in a graph's destructor, say) is the
+    # evidence's business, not the user's: the worker's stderr goes beside its log.
+    with open(log + ".stderr", "a") as err:
+        os.dup2(err.fileno(), 2)
     # A forked child never sees the parent's OpenMP pool: its first parallel op would wait
     # for that pool forever. One thread never touches it.
     torch.set_num_threads(1)

@@ -49,6 +49,7 @@ class ProgramRun:
         wrap: Wrap | None = None,
         ops: Sequence[OpSpec] | None = None,
         reseed: bool = True,
+        inputs: Sequence[torch.Tensor] | None = None,
     ) -> None:
         self.program = program
         self.table = op_table(ops)
@@ -63,7 +64,11 @@ class ProgramRun:
         self.callables = step_callables(
             program, self.table, lambda fn: decorate(wrap(fn)), self.log
         )
-        self.static_inputs = [x.clone() for x in make_inputs(program, seed, device)]
+        # ``inputs``: made by the caller beforehand (a thread check makes them before its threads
+        # start: on the H200 a copy to the device in one thread while another ended its
+        # capture crashed torch by SIGSEGV).
+        made = make_inputs(program, seed, device) if inputs is None else inputs
+        self.static_inputs = [x.clone() for x in made]
         kwargs = dict(capture_kwargs or {})
         if pool is not None:
             kwargs["pool"] = pool

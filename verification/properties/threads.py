@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from verification.contracts import ONE_CAPTURING_THREAD
 from verification.execute import collector_paused
 from verification.findings import CALLER_DUTY, Finding
-from verification.programs import Program, default_ops
+from verification.programs import Program, default_ops, make_inputs
 from verification.properties.base import (
     CheckConfig,
     CheckResult,
@@ -118,9 +118,17 @@ def _bug(errors: list[Any], mode: str | None) -> str | None:
     return None
 
 
+def _with_inputs(program: Program, config: CheckConfig) -> dict[str, Any]:
+    """A thread's box holding its program's inputs, made in the calling thread: only the
+    captures, not the harness's own set-up, should overlap another thread's capture."""
+    return {"inputs": [x.clone() for x in make_inputs(program, config.seed, config.device)]}
+
+
 def _capture_in_thread(
     program: Program, config: CheckConfig, mode: str | None, hook: Any, box: dict[str, Any]
 ) -> None:
+    """Captures ``program`` in this thread into ``box``; its inputs are ``box["inputs"]``,
+    made before the threads started (see :func:`_with_inputs`)."""
     kwargs = {} if mode is None else {"capture_error_mode": mode}
     try:
         box["run"] = ProgramRun(
@@ -132,6 +140,7 @@ def _capture_in_thread(
             capture_kwargs=kwargs,
             hook=hook,
             reseed=False,
+            inputs=box.get("inputs"),
         )
     except Exception as error:
         box["error"] = error
@@ -187,7 +196,7 @@ def _others_during_capture(
         torch.cuda.current_stream().wait_stream(stream)
         results[k] = (x, out)
 
-    box: dict[str, Any] = {}
+    box = _with_inputs(program, config)
     threads = [_thread(lambda k=k: other(k), errors, f"thread {k + 1}") for k in range(others)]
     for t in threads:
         t.start()
@@ -233,7 +242,7 @@ def _concurrent_captures(
         return _captures_one_thread_at_a_time(programs, mode, config)
     barrier = threading.Barrier(len(programs), timeout=WAIT_S)
     errors: list[Any] = []
-    boxes: list[dict[str, Any]] = [{} for _ in programs]
+    boxes = [_with_inputs(program, config) for program in programs]
     gate = _gate(config.kind)
 
     def meet(index: int, env: dict[int, torch.Tensor], last: int) -> None:
@@ -288,7 +297,7 @@ def _concurrent_captures(
 def _captures_one_thread_at_a_time(
     programs: list[Program], mode: str | None, config: CheckConfig
 ) -> str | None:
-    boxes: list[dict[str, Any]] = [{} for _ in programs]
+    boxes = [_with_inputs(program, config) for program in programs]
     for k, program in enumerate(programs):
         errors: list[Any] = []
         box = boxes[k]
