@@ -23,7 +23,14 @@ import torch
 
 from . import collector, thread_state
 from .arguments import PoolMemory, hold_call_arguments, hold_for_replay
-from .segments import GRAPH_LOCK, EagerStep, GraphSegment, copy_result_back, end_graph
+from .segments import (
+    GRAPH_LOCK,
+    EagerStep,
+    GraphSegment,
+    copy_result_back,
+    end_graph,
+    never_free,
+)
 from .switch import graphs_disabled
 from .thread_state import enter_eager_step, exit_eager_step
 from .trees import tensor_leaves
@@ -80,10 +87,14 @@ def _end_generators_capture(exc: BaseException) -> None:
     try:
         with GRAPH_LOCK:
             graph = torch.cuda.CUDAGraph()
-            # Thread-local: another thread's capture must neither end this one nor be ended.
-            graph.capture_begin(
-                pool=torch.cuda.graph_pool_handle(), capture_error_mode="thread_local"
-            )
+            try:
+                # Thread-local: another thread's capture must neither end this one nor be ended.
+                graph.capture_begin(
+                    pool=torch.cuda.graph_pool_handle(), capture_error_mode="thread_local"
+                )
+            except BaseException:
+                never_free(graph)
+                raise
             end_graph(graph)
             graph.reset()
     except Exception as secondary:
@@ -462,6 +473,7 @@ class BreakableCUDAGraphCapture:
             with GRAPH_LOCK:
                 graph.capture_begin(pool=self.pool, capture_error_mode=self.capture_error_mode)
         except BaseException as exc:
+            never_free(graph)
             _end_generators_capture(exc)  # the generators' prologue may have run already
             raise
         self._open_graph = graph

@@ -9,6 +9,7 @@ torch's empty-graph warning so no empty graph or its warning ever reaches the us
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 import warnings
@@ -30,6 +31,19 @@ _WARNINGS_LOCK = threading.Lock()
 # them recovering from a capture CUDA invalidated, crashed the process by SIGSEGV in reset on
 # the H200 (torch 2.11). The captures themselves still run side by side.
 GRAPH_LOCK = threading.RLock()
+# torch 2.11 aborts the process whenever it frees a CUDAGraph whose capture_begin raised
+# ("The graph should be registered to the state", from ~CUDAGraph; H200): while the error
+# propagates, later at a collection, or at interpreter exit. Such a graph is kept alive for the
+# life of the process, an extra reference keeping it from the interpreter's teardown too.
+_NEVER_FREED: list[torch.cuda.CUDAGraph] = []
+
+
+def never_free(graph: torch.cuda.CUDAGraph) -> None:
+    """Keeps ``graph``, whose ``capture_begin`` raised, from ever being freed."""
+    _NEVER_FREED.append(graph)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(graph))
+
+
 # What ``catch_warnings(record=True)`` plus ``simplefilter("always")`` leaves in effect: one
 # filter that lets every warning through to the recorder.
 _ALWAYS = ("always", None, Warning, None, 0)
