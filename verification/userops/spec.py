@@ -37,7 +37,8 @@ WriteMask = Callable[..., torch.Tensor]
 class TensorArg:
     """One tensor argument.
 
-    ``shape`` entries are sizes or dim names. ``low``/``high`` are inclusive bounds on its
+    ``shape`` entries are sizes, dim names or dim expressions (``"batch+1"`` for
+    ``cu_seqlens``, ``"2*heads"``). ``low``/``high`` are inclusive bounds on its
     values: numbers, or dim expressions evaluated with the call's sizes (``high="n-1"``,
     ``high="blocks*block_size-1"``). ``unique=True`` (integer dtypes, both bounds) draws
     distinct values, as a slot or permutation index needs. ``sentinel`` is a value drawn in
@@ -170,7 +171,7 @@ _OPERATORS: dict[type, Callable[[int, int], int]] = {
     ast.Add: lambda a, b: a + b,
     ast.Sub: lambda a, b: a - b,
     ast.Mult: lambda a, b: a * b,
-    ast.FloorDiv: lambda a, b: a // b if b else 0,
+    ast.FloorDiv: lambda a, b: a // b,
 }
 
 
@@ -368,8 +369,33 @@ def _shape_problem(spec: BreakOpSpec) -> str | None:
                     return f"value bound {bound!r} of {name!r} names dim {unknown[0]!r}, which dims does not declare"
         if arg.bounded and any(t == torch.bool or t.is_complex for t in dtypes_of(spec, name)):
             return f"argument {name!r}: value bounds need a real, non-bool dtype"
+    problem = _recoverable_problem(spec)
+    if problem is not None:
+        return problem
     if isinstance(spec.returns, TensorArg) and len(dtypes_of(spec, "<return>")) != 1:
         return "returns must declare exactly one dtype (or name an argument's)"
+    return None
+
+
+def _recoverable_problem(spec: BreakOpSpec) -> str | None:
+    """A dim the arguments' sizes do not pin down. The harness reads each call's dims back
+    from its arguments' shapes: a dim must be a plain entry somewhere, or the one dim of an
+    expression that takes a different value for each size in its range."""
+    entries = [d for a in spec.args.values() for d in a.shape if isinstance(d, str)]
+    plain = {d for d in entries if d in spec.dims}
+    for dim in sorted({n for d in entries for n in dim_names(d)} - plain):
+        solo = [d for d in entries if dim_names(d) == {dim}]
+        low, high = spec.dims[dim]
+        if not any(
+            len({dim_value(d, {dim: v}) for v in range(low, high + 1)}) == high - low + 1
+            for d in solo
+        ):
+            return (
+                f"dim {dim!r} appears only in shape expressions that do not determine it "
+                f"({', '.join(repr(d) for d in entries if dim in dim_names(d))}); give it a "
+                f"plain shape entry in some argument, or an expression of it alone such as "
+                f"'{dim}+1'"
+            )
     return None
 
 

@@ -101,6 +101,7 @@ def test_fuzz_op_cli_names_the_broken_contract_and_counts_break_positions(bcg_ki
         timeout=300,
     )
     assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "harness-error" not in done.stdout
     said = "FINDING [op-bug] contract declared writes: it returns a fresh tensor instead of writing"
     assert said in done.stdout
     assert "vLLM" not in done.stdout  # the message fits every contract, `returns` too

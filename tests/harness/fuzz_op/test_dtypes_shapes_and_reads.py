@@ -134,6 +134,7 @@ def test_shape_entries_may_be_dim_expressions():
         (("batch**2",), "which is not a dim expression"),
         (("seq+1",), "uses dim 'seq', which dims does not declare"),
         (("batch-1",), "has size 'batch-1' = 0 (batch=1)"),
+        (("batch//2+1",), "dim 'batch' appears only in shape expressions that do not determine"),
     ],
 )
 def test_a_bad_shape_expression_is_one_error_line_at_spec_load(capsys, shape, says):
