@@ -1,6 +1,8 @@
 """``python -m verification fuzz-op MODULE:SPEC ...``: fuzz a user's break op in captured programs.
 
-It checks each op against its declared contract (:mod:`verification.userops.contract`), then
+Its first line names the target the ops run under and the contract it is judged by. It
+checks each op against its declared contract (:mod:`verification.userops.contract`), one
+``FINDING`` line per broken part, then
 runs a campaign whose every program calls the ops 1 to 3 times (:mod:`verification.userops`),
 and reports how often each op ran at each break position. Every finding, a contract
 violation too, comes with a reproducer whose header is the ``fuzz-op`` command that finds it
