@@ -17,13 +17,12 @@ import torch
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample, Unsatisfiable
 
+from verification.ops.casts import CAST_DTYPES
 from verification.ops.spec import OpSpec, Params, TensorMeta, _no_params
 from verification.sim import is_active
 
 # The dtypes ``infer`` is exact for: what programs make as inputs and what casts give.
-NATIVE_DTYPES: frozenset[torch.dtype] = frozenset(
-    (torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool)
-)
+NATIVE_DTYPES: frozenset[torch.dtype] = frozenset(CAST_DTYPES)
 # What torch says when a dtype has no kernel (as opposed to a bad value or shape).
 _NO_KERNEL = ("not implemented for", "not supported", "promotion for float8", "unsupported dtype")
 

@@ -15,11 +15,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 
 from verification.cli import main
+from verification.execute import run_eager
 from verification.ops import ALL_OPS
 from verification.ops.kernels import has_kernel
 from verification.ops.spec import TensorMeta
 from verification.oracle import Tolerance, compare
-from verification.programs import op_table
+from verification.programs import make_inputs, op_table
 from verification.userops.contract import diagnose
 from verification.userops.programs import op_catalog, op_programs, user_op
 from verification.userops.spec import BreakOpSpec, TensorArg, load_spec, resolve_shape, validate
@@ -44,26 +45,27 @@ def test_the_kernel_table_refuses_float8_where_torch_has_no_kernel_and_keeps_nat
     assert not has_kernel(flip, [TensorMeta((2, 1), F8)], {"dims": (0,)})
 
 
-def test_programs_never_draw_a_catalog_op_on_a_dtype_it_has_no_kernel_for():
+def test_programs_never_draw_a_catalog_op_on_a_dtype_it_has_no_kernel_for(bcg_kind, bcg_device):
     user = user_op(load_spec("tests.faulty_ops:FLOAT8_QUANT"))
     table = op_table(op_catalog([user]))
-    seen: list[str] = []
+    consumers: list[str] = []
 
-    @settings(max_examples=60, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=40, database=None, suppress_health_check=list(HealthCheck))
     @given(op_programs([user]))
     def draw(program):
+        # The eager reference raises NotImplementedError on an op without a float8 kernel.
+        run_eager(program, table, make_inputs(program, 0, bcg_device), 0, bcg_kind)
         metas = list(program.inputs)
         for step in program.steps:
             spec = table[step.op]
             args = [metas[a] for a in step.args]
             if any(m.dtype == F8 for m in args) and spec.kind == "capturable":
-                seen.append(step.op)
-                assert has_kernel(spec, args, step.kwargs), (step, args)
+                consumers.append(step.op)
             if spec.outputs:
                 metas.append(spec.infer(args, step.kwargs))
 
     draw()
-    assert seen  # float8 values do reach catalog ops (the consumers)
+    assert consumers  # float8 values do reach catalog ops
 
 
 def test_float8_compares_exactly_in_a_wider_type_whatever_the_tolerance():
