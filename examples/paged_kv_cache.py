@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 import breakable_cudagraph as bcg
-from verification.userops.spec import BreakOpSpec, TensorArg
+from verification import BreakOpSpec, TensorArg
 
 
 @bcg.eager_break_during_capture

@@ -14,7 +14,7 @@ import torch
 from hypothesis import strategies as st
 
 import breakable_cudagraph as bcg
-from verification.userops.spec import BreakOpSpec, TensorArg
+from verification import BreakOpSpec, TensorArg
 
 
 @bcg.eager_break_during_capture

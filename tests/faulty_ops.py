@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from verification.userops.spec import BreakOpSpec, TensorArg
+from verification import BreakOpSpec, TensorArg
 
 _X = TensorArg(("n",), torch.float32)
 _OUT = TensorArg(("n",), torch.float32)
@@ -249,3 +249,75 @@ def gather_trusting(x: torch.Tensor, positions: torch.Tensor, out: torch.Tensor)
 
 # Keeps every part of the contract checked on its own; the campaign finds it at capture.
 TRUSTS_CAPTURE_VALUES = _gather_spec(gather_trusting)
+
+
+# Float8 and outputs read before they are written. A per-tensor float8 quantization (the
+# scale from a host read) done right, and with the scale cached on the first call; a stop
+# mask done right, and one that only sets flags (it reads its write-only output).
+
+
+def _float8_scale(x: torch.Tensor) -> float:
+    amax = float(x.float().abs().amax())
+    # NaN or inf (capture-time garbage) becomes a finite scale: the op must not raise then.
+    return max(amax, 1e-6) / 448.0 if amax == amax and amax < float("inf") else 1.0
+
+
+def quantize_float8(x: torch.Tensor, out: torch.Tensor, scale: torch.Tensor) -> None:
+    s = _float8_scale(x)
+    out.copy_((x.float() / s).clamp(-448, 448).to(torch.float8_e4m3fn))
+    scale.fill_(s)
+
+
+_SCALES: dict[tuple[int, ...], float] = {}
+
+
+def quantize_float8_cached_scale(x: torch.Tensor, out: torch.Tensor, scale: torch.Tensor) -> None:
+    # The scale is computed once per shape: the capture's scale is reused by every replay.
+    s = _SCALES.setdefault(tuple(x.shape), _float8_scale(x))
+    out.copy_((x.float() / s).clamp(-448, 448).to(torch.float8_e4m3fn))
+    scale.fill_(s)
+
+
+def _quant_spec(fn) -> BreakOpSpec:
+    return BreakOpSpec(
+        fn=fn,
+        args={
+            "x": TensorArg(("tokens", "hidden"), (torch.float32, torch.bfloat16)),
+            "out": TensorArg(("tokens", "hidden"), torch.float8_e4m3fn),
+            "scale": TensorArg((1,), torch.float32),
+        },
+        dims={"tokens": (1, 8), "hidden": (1, 16)},
+        writes=("out", "scale"),
+        # A tolerance on the scale; float8 outputs still compare exactly.
+        rtol=1e-3,
+        atol=1e-3,
+    )
+
+
+def stop_mask(tokens: torch.Tensor, eos: torch.Tensor, finished: torch.Tensor) -> None:
+    finished.copy_(tokens == eos)
+
+
+def sticky_stop_mask(tokens: torch.Tensor, eos: torch.Tensor, finished: torch.Tensor) -> None:
+    finished |= tokens == eos  # sets flags, never clears them: reads its previous contents
+
+
+def _stop_spec(fn) -> BreakOpSpec:
+    return BreakOpSpec(
+        fn=fn,
+        args={
+            "tokens": TensorArg(("batch",), torch.int64, low=0, high=3),
+            "eos": TensorArg((1,), torch.int64, low=0, high=3),
+            "finished": TensorArg(("batch",), torch.bool),
+        },
+        dims={"batch": (1, 8)},
+        writes=("finished",),
+    )
+
+
+FLOAT8_QUANT = _quant_spec(quantize_float8)
+FLOAT8_CACHED_SCALE = _quant_spec(quantize_float8_cached_scale)
+STOP_MASK = _stop_spec(stop_mask)
+STICKY_STOP_MASK = _stop_spec(sticky_stop_mask)
+FAULTY["FLOAT8_CACHED_SCALE"] = "no state across calls"
+FAULTY["STICKY_STOP_MASK"] = "declared writes"

@@ -61,16 +61,25 @@ def _detached(x: torch.Tensor) -> torch.Tensor:
     return x.detach() if x.requires_grad else x
 
 
+def _widened(x: torch.Tensor) -> torch.Tensor:
+    # One-byte floats (float8) have no comparison kernels, and a tolerance finer than their
+    # step means nothing: they compare exactly, in float32, which holds each value exactly.
+    return x.float() if x.dtype.is_floating_point and x.element_size() == 1 else x
+
+
 def compare(
     actual: torch.Tensor, expected: torch.Tensor, tol: Tolerance = Tolerance()
 ) -> str | None:
-    """``None`` when equal (same dtype, shape, NaNs, and values within ``tol``), else why not."""
+    """``None`` when equal (same dtype, shape, NaNs, and values within ``tol``; one-byte
+    floats exactly), else why not."""
     if actual.dtype != expected.dtype:
         return f"dtype {actual.dtype} != expected {expected.dtype}"
     if actual.shape != expected.shape:
         return f"shape {tuple(actual.shape)} != expected {tuple(expected.shape)}"
-    a = _as_real(_detached(actual)).cpu()
-    e = _as_real(_detached(expected)).cpu()
+    if actual.dtype.is_floating_point and actual.element_size() == 1:
+        tol = Tolerance()
+    a = _widened(_as_real(_detached(actual)).cpu())
+    e = _widened(_as_real(_detached(expected)).cpu())
     # Equal values are also equal, or close, under the checks below (NaN never compares
     # equal, so tensors holding one take the full path); one op instead of five.
     if torch.equal(a, e):

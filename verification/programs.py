@@ -21,6 +21,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from verification.contracts import Contract, get_contract
+from verification.ops.kernels import has_kernel
 from verification.ops.out_buffer import (
     ALLOC,
     has_out_buffer_forms,
@@ -168,7 +169,7 @@ def _fits(spec: OpSpec, metas: Sequence[TensorMeta]) -> bool:
     fits = _fits_cache.get(key)
     if fits is None:
         try:
-            fits = spec.infer(metas, {}) is not None
+            fits = spec.infer(metas, {}) is not None and has_kernel(spec, metas)
         except (KeyError, TypeError, IndexError):
             fits = True
         if len(_fits_cache) >= _FITS_CACHE_LIMIT:
@@ -363,7 +364,7 @@ def programs(
         metas = [env[a] for a in args]
         params = draw(_params(spec.params, tuple(metas)))
         out = spec.infer(metas, params)
-        if out is None:
+        if out is None or not has_kernel(spec, metas, params):
             reject()
         brk = spec.kind == "break"
         convert = brk and not break_step_allowed(spec, allow_tensor_returns)

@@ -1,6 +1,8 @@
 """``python -m verification fuzz-op MODULE:SPEC ...``: fuzz a user's break op in captured programs.
 
-It checks each op against its declared contract (:mod:`verification.userops.contract`), then
+Its first line names the target the ops run under and the contract it is judged by. It
+checks each op against its declared contract (:mod:`verification.userops.contract`), one
+``FINDING`` line per broken part, then
 runs a campaign whose every program calls the ops 1 to 3 times (:mod:`verification.userops`),
 and reports how often each op ran at each break position. Every finding, a contract
 violation too, comes with a reproducer whose header is the ``fuzz-op`` command that finds it
@@ -26,7 +28,7 @@ from verification.devices import resolve_device
 from verification.errors import EXIT_FOUND, EXIT_OK, UsageError
 from verification.fuzz import run_campaign, run_isolated
 from verification.report import write_reproducer
-from verification.targets import load_target
+from verification.targets import Target, load_target
 from verification.userops.campaign import (
     CONTRACT_EXAMPLES,
     DEFAULT_MAX_BREAKS,
@@ -66,6 +68,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
 
 
+def header(specs: Sequence[str], target: Target, kind: str) -> str:
+    """What a run judges: the ops, the target they run under and its contract."""
+    return (
+        f"fuzz-op {' '.join(specs)} under target {target.name}, judged by contract "
+        f"{target.contract.name!r}: {target.contract.summary}; device {kind}"
+    )
+
+
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.contract_examples < 1:
         raise UsageError(
@@ -86,15 +96,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if crashed is not None:
             print_findings(crashed)
         return status
+    print(header(args.specs, target, kind))
     violations = contract_violations(users, target, kind, args.contract_examples, args.seed)
-    for ref, found in violations.items():
-        print(f"contract of {ref}: {'BROKEN' if found else 'kept'} ({len(found)} violations)")
-        for violation in found:
-            print(f"  CONTRACT {violation.violation}: {violation.message}")
-    # Every finding gets a reproducer, contract violations too: each checks its part again.
+    # One line per violation, the FINDING line, then its reproducer: each checks its part again.
     written: list[Path] = []
     command = config.command(target.name, kind)
     for ref, found in violations.items():
+        print(f"contract of {ref}: {'BROKEN' if found else 'kept'} ({len(found)} violations)")
         for violation in found:
             text = render_contract_reproducer(ref, violation, kind, command, target)
             print(f"FINDING [{violation.kind}] contract {violation.violation}: {violation.message}")

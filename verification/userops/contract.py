@@ -44,13 +44,23 @@ class Case:
     seed: int
 
 
-def broken(part: str, message: str, *, raised: bool = False, case: Case | None = None) -> Finding:
+def broken(
+    part: str,
+    message: str,
+    *,
+    raised: bool = False,
+    case: Case | None = None,
+    tentative: bool = False,
+) -> Finding:
     """One broken part of an op's contract; ``message`` says how, and what to do instead.
 
     Its scenario keeps the drawn call it broke on (``case``, which :func:`recheck` runs
-    again in a reproducer) and whether the op raised rather than broke the part (another
-    part's finding may explain that)."""
+    again in a reproducer), whether the op raised rather than broke the part (another
+    part's finding may explain that), and whether a later draw may name the fault better
+    (``tentative``: an output left as it was may be one the op only reads)."""
     scenario: tuple[tuple[str, Any], ...] = (("raised", raised),)
+    if tentative:
+        scenario += (("tentative", True),)
     if case is not None:
         scenario += (("case", case),)
     return Finding(OP_BUG, CONTRACT, message, violation=part, scenario=scenario)
@@ -97,20 +107,13 @@ def _outputs(spec: BreakOpSpec, args: dict[str, torch.Tensor], result: Any) -> l
     return outs
 
 
-_FLOAT8 = {
-    getattr(torch, name)
-    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
-    if hasattr(torch, name)
-}
-
-
 def _comparable(t: torch.Tensor) -> torch.Tensor:
-    # Float8 has no comparison kernels; float32 holds each of its values exactly.
-    return t.float() if t.dtype in _FLOAT8 else t
+    # One-byte floats (float8) have few kernels; float32 holds each of their values exactly.
+    return t.float() if t.dtype.is_floating_point and t.element_size() == 1 else t
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return compare(_comparable(a), _comparable(b)) is None
+    return compare(a, b) is None
 
 
 def _changed(after: torch.Tensor, before: torch.Tensor) -> torch.Tensor:
@@ -165,6 +168,8 @@ def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Findin
     returns what it declares."""
     spec = loaded.spec
     untouched = {n for n in spec.writes if n not in spec.partial}
+    results: list[dict[str, torch.Tensor]] = []
+    written: list[dict[str, torch.Tensor]] = []
     for pick in (0, 1):
         args = materialize(spec, case, case.seed, device)
         for name in spec.writes:
@@ -196,6 +201,11 @@ def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Findin
                     f"write nothing; a negative index writes the last row).",
                 )
         untouched = {n for n in untouched if _same(args[n], before[n])}
+        results.append({n: args[n].clone() for n in spec.writes})
+        written.append({n: _changed(args[n], before[n]) for n in spec.writes})
+    reads = _reads_previous(spec, results, written, case)
+    if reads is not None:
+        return reads
     for name in sorted(untouched):
         if isinstance(result, torch.Tensor) and not _shares_storage(result, args):
             return broken(
@@ -209,8 +219,47 @@ def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Findin
             "declared writes",
             f"it never writes its declared output {name!r}; write it on every call, or "
             f"declare in partial= which elements a call may leave unwritten.",
+            tentative=True,
         )
     return _return_problem(spec, args, result)
+
+
+def _beyond(a: torch.Tensor, b: torch.Tensor, spec: BreakOpSpec) -> torch.Tensor:
+    """Elementwise: True where ``a`` and ``b`` differ by more than the spec's tolerance."""
+    differ = _changed(a, b)
+    if (spec.rtol or spec.atol) and a.dtype.is_floating_point:
+        close = torch.isclose(a.cpu().double(), b.cpu().double(), spec.rtol, spec.atol)
+        differ &= ~close
+    return differ
+
+
+def _reads_previous(
+    spec: BreakOpSpec,
+    results: list[dict[str, torch.Tensor]],
+    written: list[dict[str, torch.Tensor]],
+    case: Case,
+) -> Finding | None:
+    """A write-only output whose result depends on what it held before the call: the same
+    call on the same inputs, after the two fills, leaves different values where it wrote."""
+    for name in spec.writes:
+        differ = _beyond(results[0][name], results[1][name], spec)
+        if name in spec.partial:
+            differ &= written[0][name] & written[1][name]  # unwritten elements keep the fill
+        elif not bool((written[0][name] | written[1][name]).any()):
+            continue  # written nowhere: the never-writes finding says more
+        if bool(differ.any()):
+            low, high = fill_values(results[0][name].dtype)
+            return broken(
+                "declared writes",
+                f"it reads its previous contents: {name!r} is declared write-only (writes=), "
+                f"but the same call on the same inputs leaves different values in it when it "
+                f"held {low} before than when it held {high} ({int(differ.sum())} element(s), "
+                f"first at index {_first_index(differ)}; {_describe(case)}). A replay hands the "
+                f"op whatever the buffer last held (a sticky flag set and never cleared). "
+                f"Overwrite every element on every call, or declare it in inout= if the op "
+                f"updates it on purpose.",
+            )
+    return None
 
 
 def _index_args(spec: BreakOpSpec, case: Case) -> list[tuple[str, TensorArg, torch.dtype]]:
@@ -366,7 +415,7 @@ def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Finding 
     clean = {n: t.clone() for n, t in new.items()}
     first = _outputs(spec, clean, reference_spec.call(*clean.values(), **case.params))
     stashed = _tensor_state(module_globals) > tensors_before
-    if all(compare(_comparable(a), _comparable(b), tol) is None for a, b in zip(used, first)):
+    if all(compare(a, b, tol) is None for a, b in zip(used, first)):
         return None
     if stashed:
         return broken(
@@ -555,7 +604,7 @@ def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) 
     @given(cases(loaded.spec))
     def run(case: Case) -> None:
         for part, check in CHECKS:
-            if part in found:
+            if part in found and not dict(found[part].scenario).get("tentative"):
                 continue
             try:
                 violation = check(loaded, case, device)
@@ -567,7 +616,9 @@ def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) 
                     f"on arguments its spec allows ({_describe(case)})",
                     raised=True,
                 )
-            if violation is not None:
+            if violation is not None and not (
+                part in found and dict(violation.scenario).get("tentative")
+            ):
                 found[part] = dataclasses.replace(
                     violation, scenario=(*violation.scenario, ("case", case))
                 )

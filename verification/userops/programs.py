@@ -21,6 +21,7 @@ import torch
 from hypothesis import strategies as st
 
 from verification.contracts import Contract
+from verification.ops.kernels import has_kernel
 from verification.ops.spec import OpSpec, Params, TensorMeta
 from verification.programs import (
     Program,
@@ -36,6 +37,8 @@ from verification.userops.spec import (
     BreakOpSpec,
     LoadedSpec,
     TensorArg,
+    dim_names,
+    dim_value,
     resolve_bound,
     resolve_shape,
 )
@@ -64,6 +67,15 @@ FIT_FLOAT = OpSpec(
     _same,
     "{0}.clamp({low}, {high})",
     run=lambda x, *, low, high: x.clamp(low, high),
+)
+# The same clamp in float32 and back, for float dtypes that have no clamp kernel (float8):
+# float32 holds each of their values exactly.
+FIT_FLOAT_WIDE = OpSpec(
+    "opfit_float_wide",
+    1,
+    _same,
+    "{0}.float().clamp({low}, {high}).to({0}.dtype)",
+    run=lambda x, *, low, high: x.float().clamp(low, high).to(x.dtype),
 )
 FIT_COPY = OpSpec("opfit_copy", 1, _same, "{0}.clone()", run=lambda x: x.clone())
 # Distinct values in [low, low + step * numel): a permutation (the order of the raw values)
@@ -104,6 +116,10 @@ def _fit_float_(x: torch.Tensor, *, low: float | None, high: float | None) -> No
     x.clamp_(low, high)
 
 
+def _fit_float_wide_(x: torch.Tensor, *, low: float | None, high: float | None) -> None:
+    x.copy_(x.float().clamp(low, high))
+
+
 def _fit_unique_(x: torch.Tensor, *, step: int, low: int) -> None:
     x.copy_(FIT_UNIQUE.run(x, step=step, low=low))  # type: ignore[misc]
 
@@ -121,6 +137,14 @@ FIT_INT_ = OpSpec(
 FIT_FLOAT_ = OpSpec(
     "opfit_float_", 1, _same, "{0}.clamp_({low}, {high})", run=_fit_float_, **INPLACE
 )
+FIT_FLOAT_WIDE_ = OpSpec(
+    "opfit_float_wide_",
+    1,
+    _same,
+    "{0}.copy_({0}.float().clamp({low}, {high}))",
+    run=_fit_float_wide_,
+    **INPLACE,
+)
 FIT_UNIQUE_ = OpSpec(
     "opfit_unique_", 1, _same, "{0}.copy_(" + _UNIQUE + ")", run=_fit_unique_, **INPLACE
 )
@@ -130,11 +154,13 @@ FIT_SENTINEL_ = OpSpec(
 PRODUCERS = (
     FIT_INT,
     FIT_FLOAT,
+    FIT_FLOAT_WIDE,
     FIT_COPY,
     FIT_UNIQUE,
     FIT_SENTINEL,
     FIT_INT_,
     FIT_FLOAT_,
+    FIT_FLOAT_WIDE_,
     FIT_UNIQUE_,
     FIT_SENTINEL_,
 )
@@ -167,11 +193,31 @@ def _unify(spec: BreakOpSpec, metas: Sequence[TensorMeta]) -> dict[str, int] | N
             if isinstance(dim, int):
                 if dim != size:
                     return None
-            elif binding.setdefault(dim, size) != size:
+            elif dim in spec.dims and binding.setdefault(dim, size) != size:
                 return None
     for dim, size in binding.items():
         low, high = spec.dims[dim]
         if not low <= size <= high:
+            return None
+    # Expressions (``batch+1``) bind a dim no plain entry names by trying its range.
+    expressions = [
+        (dim, size)
+        for arg, meta in zip(spec.args.values(), metas)
+        for dim, size in zip(arg.shape, meta.shape)
+        if isinstance(dim, str) and dim not in spec.dims
+    ]
+    for dim, size in expressions:
+        free = sorted(dim_names(dim) - set(binding))
+        if len(free) == 1:
+            low, high = spec.dims[free[0]]
+            fits = [
+                v for v in range(low, high + 1) if dim_value(dim, {**binding, free[0]: v}) == size
+            ]
+            if not fits:
+                return None
+            binding[free[0]] = fits[0]
+    for dim, size in expressions:
+        if not dim_names(dim) <= set(binding) or dim_value(dim, binding) != size:
             return None
     return binding
 
@@ -294,7 +340,12 @@ def fit_steps(
         step = span // max(1, math.prod(resolve_shape(arg, binding)))
         steps.append((FIT_UNIQUE_ if inplace else FIT_UNIQUE, {"step": step, "low": int(low)}))  # type: ignore[arg-type]
     elif arg.bounded and dtype.is_floating_point:
-        steps.append((FIT_FLOAT_ if inplace else FIT_FLOAT, {"low": low, "high": high}))
+        params = {"low": low, "high": high}
+        meta = TensorMeta(resolve_shape(arg, binding), dtype)
+        if has_kernel(FIT_FLOAT, [meta], params):
+            steps.append((FIT_FLOAT_ if inplace else FIT_FLOAT, params))
+        else:
+            steps.append((FIT_FLOAT_WIDE_ if inplace else FIT_FLOAT_WIDE, params))
     elif arg.bounded:
         if low is None:
             low = int(high) - _RAW_INT_SPAN + 1  # type: ignore[arg-type]
@@ -324,6 +375,7 @@ def _consumers(catalog: Sequence[OpSpec], meta: TensorMeta) -> list[OpSpec]:
         and s.deterministic
         and not s.rng
         and s.infer([meta], {}) is not None
+        and has_kernel(s, [meta])
     ]
 
 
@@ -385,6 +437,8 @@ def _call_chain(
             continue
         consumer = draw(st.sampled_from(fitting))
         consumer_params = draw(consumer.params([env[value]]))
+        if not has_kernel(consumer, [env[value]], consumer_params):
+            continue
         steps.append(Step(consumer.name, (value,), tuple(sorted(consumer_params.items())), False))
         outputs.append(len(env))
         env.append(consumer.infer([env[value]], consumer_params))

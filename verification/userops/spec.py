@@ -37,7 +37,8 @@ WriteMask = Callable[..., torch.Tensor]
 class TensorArg:
     """One tensor argument.
 
-    ``shape`` entries are sizes or dim names. ``low``/``high`` are inclusive bounds on its
+    ``shape`` entries are sizes, dim names or dim expressions (``"batch+1"`` for
+    ``cu_seqlens``, ``"2*heads"``). ``low``/``high`` are inclusive bounds on its
     values: numbers, or dim expressions evaluated with the call's sizes (``high="n-1"``,
     ``high="blocks*block_size-1"``). ``unique=True`` (integer dtypes, both bounds) draws
     distinct values, as a slot or permutation index needs. ``sentinel`` is a value drawn in
@@ -150,8 +151,9 @@ _EXPRESSION_NODES = (
 
 
 @functools.lru_cache(maxsize=256)
-def _parsed(expression: str) -> tuple[Any, frozenset[str]] | None:
-    """The compiled dim expression and the names it uses, or None if it is not one."""
+def _parsed(expression: str) -> tuple[ast.expr, frozenset[str]] | None:
+    """The parsed dim expression and the names it uses, or None if it is not one. Parsed
+    only, never compiled: :func:`_evaluate` walks the tree, so a spec runs no code here."""
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError:
@@ -162,11 +164,44 @@ def _parsed(expression: str) -> tuple[Any, frozenset[str]] | None:
         if isinstance(node, ast.Constant) and type(node.value) is not int:
             return None
     names = frozenset(n.id for n in ast.walk(tree) if isinstance(n, ast.Name))
-    return compile(tree, "<dim expression>", "eval"), names
+    return tree.body, names
+
+
+_OPERATORS: dict[type, Callable[[int, int], int]] = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.FloorDiv: lambda a, b: a // b,
+}
+
+
+def _evaluate(node: ast.expr, binding: Binding) -> int:
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return binding[node.id]
+    if isinstance(node, ast.UnaryOp):
+        return -_evaluate(node.operand, binding)
+    assert isinstance(node, ast.BinOp)
+    left, right = _evaluate(node.left, binding), _evaluate(node.right, binding)
+    return _OPERATORS[type(node.op)](left, right)
+
+
+def dim_value(expression: str, binding: Binding) -> int:
+    """A dim expression's value under the call's sizes: ``"batch+1"`` with batch=3 is 4."""
+    parsed = _parsed(expression)
+    assert parsed is not None, f"unvalidated dim expression {expression!r}"
+    return _evaluate(parsed[0], binding)
+
+
+def dim_names(entry: Dim) -> frozenset[str]:
+    """The dim names a shape entry or bound uses (none for a number)."""
+    parsed = _parsed(entry) if isinstance(entry, str) else None
+    return parsed[1] if parsed is not None else frozenset()
 
 
 def resolve_shape(arg: TensorArg, binding: Binding) -> tuple[int, ...]:
-    return tuple(binding[d] if isinstance(d, str) else d for d in arg.shape)
+    return tuple(dim_value(d, binding) if isinstance(d, str) else d for d in arg.shape)
 
 
 def dtypes_of(spec: BreakOpSpec, name: str) -> tuple[torch.dtype, ...]:
@@ -180,11 +215,7 @@ def dtypes_of(spec: BreakOpSpec, name: str) -> tuple[torch.dtype, ...]:
 
 def resolve_bound(bound: Bound, binding: Binding) -> int | float | None:
     """A bound's value under the call's sizes (a dim expression is evaluated)."""
-    if not isinstance(bound, str):
-        return bound
-    parsed = _parsed(bound)
-    assert parsed is not None, f"unvalidated dim expression {bound!r}"
-    return eval(parsed[0], {"__builtins__": {}}, dict(binding))
+    return dim_value(bound, binding) if isinstance(bound, str) else bound
 
 
 def _type_problem(spec: BreakOpSpec) -> str | None:
@@ -249,6 +280,11 @@ def _arg_type_problem(name: str, arg: Any) -> str | None:
     for d in arg.shape:
         if isinstance(d, bool) or not isinstance(d, int | str):
             return f"argument {name!r} has shape entry {d!r}; use sizes (int) and dim names (str)"
+        if isinstance(d, str) and _parsed(d) is None:
+            return (
+                f"argument {name!r} has shape entry {d!r}, which is not a dim expression "
+                f"(dim names and integers with + - * //, e.g. 'batch+1' or '2*heads')"
+            )
     dtypes = arg.dtype if isinstance(arg.dtype, tuple) else (arg.dtype,)
     if not isinstance(arg.dtype, str) and not all(isinstance(t, torch.dtype) for t in dtypes):
         return f"argument {name!r} has dtype {arg.dtype!r}; give a torch.dtype, a tuple of them or an argument name"
@@ -305,7 +341,7 @@ def _shape_problem(spec: BreakOpSpec) -> str | None:
     tensors = dict(spec.args)
     if isinstance(spec.returns, TensorArg):
         tensors["<return>"] = spec.returns
-    arg_dims = {d for a in spec.args.values() for d in a.shape if isinstance(d, str)}
+    arg_dims = {n for a in spec.args.values() for d in a.shape for n in dim_names(d)}
     for name, arg in tensors.items():
         if isinstance(arg.dtype, str):
             earlier = list(spec.args)[: list(tensors).index(name)]
@@ -316,14 +352,16 @@ def _shape_problem(spec: BreakOpSpec) -> str | None:
         elif not arg.dtypes:
             return f"argument {name!r} declares no dtype"
         for d in arg.shape:
-            if isinstance(d, str) and d not in spec.dims:
-                return f"shapes cannot be satisfied: {name!r} uses dim {d!r}, which dims does not declare"
+            unknown = sorted(dim_names(d) - set(spec.dims))
+            if unknown:
+                return f"shapes cannot be satisfied: {name!r} uses dim {unknown[0]!r}, which dims does not declare"
             if isinstance(d, int) and d < 1:
                 return (
                     f"shapes cannot be satisfied: {name!r} has size {d}; sizes must be at least 1"
                 )
-            if name == "<return>" and isinstance(d, str) and d not in arg_dims:
-                return f"the return shape uses dim {d!r}, which no argument's shape determines"
+            missing = sorted(dim_names(d) - arg_dims) if name == "<return>" else []
+            if missing:
+                return f"the return shape uses dim {missing[0]!r}, which no argument's shape determines"
         for bound in (arg.low, arg.high):
             if isinstance(bound, str):
                 unknown = sorted(_parsed(bound)[1] - set(spec.dims))  # type: ignore[index]
@@ -331,8 +369,33 @@ def _shape_problem(spec: BreakOpSpec) -> str | None:
                     return f"value bound {bound!r} of {name!r} names dim {unknown[0]!r}, which dims does not declare"
         if arg.bounded and any(t == torch.bool or t.is_complex for t in dtypes_of(spec, name)):
             return f"argument {name!r}: value bounds need a real, non-bool dtype"
+    problem = _recoverable_problem(spec)
+    if problem is not None:
+        return problem
     if isinstance(spec.returns, TensorArg) and len(dtypes_of(spec, "<return>")) != 1:
         return "returns must declare exactly one dtype (or name an argument's)"
+    return None
+
+
+def _recoverable_problem(spec: BreakOpSpec) -> str | None:
+    """A dim the arguments' sizes do not pin down. The harness reads each call's dims back
+    from its arguments' shapes: a dim must be a plain entry somewhere, or the one dim of an
+    expression that takes a different value for each size in its range."""
+    entries = [d for a in spec.args.values() for d in a.shape if isinstance(d, str)]
+    plain = {d for d in entries if d in spec.dims}
+    for dim in sorted({n for d in entries for n in dim_names(d)} - plain):
+        solo = [d for d in entries if dim_names(d) == {dim}]
+        low, high = spec.dims[dim]
+        if not any(
+            len({dim_value(d, {dim: v}) for v in range(low, high + 1)}) == high - low + 1
+            for d in solo
+        ):
+            return (
+                f"dim {dim!r} appears only in shape expressions that do not determine it "
+                f"({', '.join(repr(d) for d in entries if dim in dim_names(d))}); give it a "
+                f"plain shape entry in some argument, or an expression of it alone such as "
+                f"'{dim}+1'"
+            )
     return None
 
 
@@ -355,6 +418,14 @@ def _value_problem(spec: BreakOpSpec) -> str | None:
     for corner in corners:
         binding = dict(zip(spec.dims, corner))
         where = ", ".join(f"{k}={v}" for k, v in binding.items()) or "no dims"
+        tensors = {
+            **spec.args,
+            **({"<return>": spec.returns} if isinstance(spec.returns, TensorArg) else {}),
+        }
+        for name, arg in tensors.items():
+            for d, size in zip(arg.shape, resolve_shape(arg, binding)):
+                if size < 1:
+                    return f"shapes cannot be satisfied: {name!r} has size {d!r} = {size} ({where})"
         for name, arg in spec.args.items():
             low, high = resolve_bound(arg.low, binding), resolve_bound(arg.high, binding)
             if low is not None and high is not None and low > high:
@@ -460,7 +531,7 @@ def load_spec(ref: str) -> LoadedSpec:
     spec = getattr(module, attr)
     if not isinstance(spec, BreakOpSpec):
         raise UsageError(
-            f"op spec {ref!r} is a {type(spec).__name__}, not a verification.userops.spec.BreakOpSpec"
+            f"op spec {ref!r} is a {type(spec).__name__}, not a verification.BreakOpSpec"
         )
     validate(spec)
     return LoadedSpec(spec, module_name, attr, getattr(module, "__file__", None))

@@ -42,3 +42,4 @@ def test_correct_op_passes_its_examples_of_fuzz_op(spec, examples):
     assert f"contract of {spec}: kept" in done.stdout
     assert f"ran in {examples} of {examples} programs" in done.stdout
     assert f"{examples} examples, 0 findings" in done.stdout
+    assert "Traceback" not in done.stderr and "harness-error" not in done.stdout

@@ -223,6 +223,7 @@ def test_fuzz_op_blames_the_op_for_state_it_keeps_and_writes_every_reproducer(bc
         timeout=600,
     )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "harness-error" not in done.stdout
     assert "[target-bug]" not in done.stdout and "FINDING [op-bug] mismatch" in done.stdout
     assert "argument 'out' of stashed_scale" in done.stdout  # named as the spec names it
     last = done.stdout.strip().splitlines()[-1]
@@ -273,6 +274,7 @@ def test_a_target_bug_under_a_correct_op_stays_a_target_bug(bcg_kind, tmp_path):
         timeout=600,
     )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "harness-error" not in done.stdout
     assert "FINDING [target-bug]" in done.stdout and "[op-bug]" not in done.stdout
 
 
@@ -297,5 +299,6 @@ def test_an_op_raising_on_capture_time_values_is_an_op_bug(tmp_path):
         timeout=600,
     )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "harness-error" not in done.stdout
     assert "FINDING [op-bug] exception" in done.stdout, done.stdout[-3000:]
     assert "capture-time garbage" in done.stdout and "[target-bug]" not in done.stdout
