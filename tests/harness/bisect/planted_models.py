@@ -1,0 +1,207 @@
+"""Models for ``bisect``, each with one planted bug (or none), and the line it must name.
+
+Each ``FN`` builds a tiny model on the device and returns ``(forward, next_step)``; the
+comment ``# BUG`` marks the line bisect must name, found by :func:`bug_line`. Breaks are
+decorated at module level, as a user's code does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+
+import breakable_cudagraph as bcg
+
+D = 16
+
+
+def bug_line(marker: str) -> int:
+    """The line of this file that carries ``# BUG: marker``."""
+    for number, text in enumerate(Path(__file__).read_text().splitlines(), 1):
+        if f"# BUG: {marker}" in text:
+            return number
+    raise LookupError(marker)
+
+
+def _weight(rows: int, cols: int) -> torch.Tensor:
+    return torch.randn(rows, cols, device="cuda") / rows**0.5
+
+
+@bcg.eager_break_during_capture
+def rms_break(x: torch.Tensor, out: torch.Tensor) -> None:
+    # A correct break: eager work between two graph segments, written into a static buffer.
+    out.copy_(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def _mlp(tokens: int = 8):
+    x = torch.randn(tokens, D, device="cuda")
+    return x, _weight(D, D), _weight(D, D), torch.empty(tokens, D, device="cuda")
+
+
+def _new_x(x: torch.Tensor) -> None:
+    x.copy_(torch.randn(x.shape, device="cuda"))
+
+
+def correct():
+    x, w1, w2, normed = _mlp()
+
+    def forward():
+        rms_break(torch.relu(x @ w1), normed)
+        return normed @ w2
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+
+    return forward, next_step
+
+
+def frozen_host_value():
+    x, w1, w2, normed = _mlp()
+    meta = SimpleNamespace(temperature=1.0)  # host metadata a runner updates in place
+
+    def forward():
+        rms_break(x @ w1, normed)
+        logits = normed @ w2
+        return logits / meta.temperature  # BUG: frozen
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+        meta.temperature = 0.5 + 0.25 * step
+
+    return forward, next_step
+
+
+def _attention(q, k, v, lengths):
+    # Varlen attention over packed sequences: it loops over host lengths, so it must be a
+    # break; captured as plain ops, its slices keep the capture's lengths.
+    outs, start = [], 0
+    for n in lengths:
+        span = slice(start, start + n)  # (the slice itself is host-only; the op is below)
+        outs.append(F.scaled_dot_product_attention(q[:, span], k[:, span], v[:, span], is_causal=True))  # BUG: attention
+        start += n
+    return torch.cat(outs, 1)
+
+
+def attention_not_a_break():
+    tokens = 8
+    x = torch.randn(tokens, D, device="cuda")
+    wq, wk, wv, wo = (_weight(D, D) for _ in range(4))
+    meta = SimpleNamespace(lengths=[3, 5])
+    splits = [[5, 3], [2, 6], [4, 4]]
+    normed = torch.empty(tokens, D, device="cuda")
+
+    def forward():
+        rms_break(x, normed)
+        q, k, v = ((normed @ w).view(1, tokens, D) for w in (wq, wk, wv))
+        return _attention(q, k, v, meta.lengths)[0] @ wo
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+        meta.lengths[:] = splits[step % len(splits)]
+
+    return forward, next_step
+
+
+@bcg.eager_break_during_capture
+def delta_break(h: torch.Tensor, out: torch.Tensor, state: SimpleNamespace) -> None:
+    # The change of h since the previous step.
+    previous = state.previous if state.previous is not None else torch.zeros_like(h)
+    out.copy_(h - previous)  # BUG: cached
+    state.previous = h  # keeps a reference: at replay h is the same tensor every step
+
+
+def break_caches_a_tensor():
+    x, w1, w2, delta = _mlp()
+    state = SimpleNamespace(previous=None)
+
+    def forward():
+        delta_break(x @ w1, delta, state)
+        return delta @ w2
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+
+    return forward, next_step
+
+
+def stream_race():
+    x, w1, w2, normed = _mlp()
+    side = torch.cuda.Stream()
+
+    def forward():
+        rms_break(x @ w1, normed)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            gate = torch.sigmoid(normed)
+        out = gate * normed  # BUG: race
+        torch.cuda.current_stream().wait_stream(side)  # joined too late
+        return out @ w2
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+
+    return forward, next_step
+
+
+def rebound_input():
+    x, w1, w2, normed = _mlp()
+    inputs = {"x": x}
+
+    def forward():
+        h = inputs["x"] @ w1  # BUG: rebound
+        rms_break(h, normed)
+        return normed @ w2
+
+    def next_step(step: int) -> None:
+        inputs["x"] = torch.randn(x.shape, device="cuda")  # rebinding, not copying into x
+
+    return forward, next_step
+
+
+def host_branch():
+    x, w1, w2, normed = _mlp()
+    bias = torch.randn(D, device="cuda")
+    meta = SimpleNamespace(with_bias=False)
+
+    def forward():
+        h = x @ w1
+        if meta.with_bias:
+            h = h + bias  # BUG: branch
+        rms_break(h, normed)
+        return normed @ w2
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+        meta.with_bias = step % 2 == 1
+
+    return forward, next_step
+
+
+@bcg.eager_break_during_capture
+def scaled(x: torch.Tensor) -> torch.Tensor:
+    # A break that returns a new tensor: the library's contract refreshes it at replay.
+    return x * 2
+
+
+def returns_a_tensor():
+    x, w1, w2, _ = _mlp()
+
+    def forward():
+        h = scaled(x @ w1)
+        return torch.relu(h) @ w2  # BUG: stale return
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+
+    return forward, next_step
+
+
+def wrong_shape():
+    return 3
+
+
+def raises():
+    raise ValueError("no model here")
