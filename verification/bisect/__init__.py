@@ -37,6 +37,7 @@ from verification.targets import DEFAULT_TARGET, Target, load_target
 __all__ = ["BisectResult", "Finding", "Tolerance", "bisect"]
 
 Say = Callable[[str], None]
+DEFAULT_TOLERANCE = Tolerance()
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Finding:
             return "(no line of yours)"
         path = os.path.abspath(self.site[0])
         here = os.getcwd() + os.sep
-        return f"{path[len(here):] if path.startswith(here) else path}:{self.site[1]}"
+        return f"{path[len(here) :] if path.startswith(here) else path}:{self.site[1]}"
 
     def line(self) -> str:
         step = "before the first step" if self.step < 0 else f"at step {self.step}"
@@ -101,7 +102,7 @@ def bisect(
     target: str | Any = DEFAULT_TARGET,
     device: str = "auto",
     steps: int = 8,
-    tol: Tolerance = Tolerance(),
+    tol: Tolerance = DEFAULT_TOLERANCE,
     say: Say = _quiet,
 ) -> BisectResult:
     """Runs ``ref`` (``MODULE:FN``) eagerly and captured under ``target`` for ``steps`` steps
@@ -117,7 +118,13 @@ def bisect(
     with device_context(kind, strict_warmup=False), torch.no_grad():
         finding = search.run()
     return BisectResult(
-        ref, loaded.name, kind, search.steps_run, finding, time.perf_counter() - start, search.phases
+        ref,
+        loaded.name,
+        kind,
+        search.steps_run,
+        finding,
+        time.perf_counter() - start,
+        search.phases,
     )
 
 
@@ -205,6 +212,14 @@ class _Search:
         eager = EagerRun(self.model, self.internal)
         warmup, warm_out = eager.step(None)
         graph = GraphRun(self.model, self.internal, self.target)
+        counted = getattr(graph.capture, "num_eager_breaks", None)
+        if isinstance(counted, int) and counted != len(graph.capture_trace.breaks):
+            raise UsageError(
+                f"the capture has {counted} breaks but bisect saw "
+                f"{len(graph.capture_trace.breaks)}: some break was decorated before bisect "
+                "imported your module (in a module imported earlier in this process); run "
+                "bisect in a fresh process"
+            )
         if first_diff(warm_out, graph.warmup_outputs, self.tol) is not None:
             raise UsageError(
                 f"{self.model.ref}() built two different models from the same seed: bisect "
@@ -357,7 +372,7 @@ class _Search:
             e_trace, _ = eager.step(s, keep=armed[0])
             graph.step(s, keep=armed[0])
         ops = e_trace.graph_ops(segment)
-        for index, seen in graph.tracer.forced_ptrs.items():
+        for seen in graph.tracer.forced_ptrs.values():
             if len(seen) == 2 and seen[0] != seen[1]:
                 return Culprit(
                     "target",
@@ -368,4 +383,3 @@ class _Search:
                 )
         replayed = {positions[i]: seen for i, seen in graph.tracer.forced.items() if i in positions}
         return compare_ops(e_trace, ops, replayed, self.tol)
-

@@ -115,5 +115,7 @@ def first_difference(
     if i is not None:
         a = eager_out[i] if i < len(eager_out) else None
         b = replay_out[i] if i < len(replay_out) else None
-        return Difference("segment", len(eager.breaks), f"output {i} of forward(): {describe(a, b)}")
+        return Difference(
+            "segment", len(eager.breaks), f"output {i} of forward(): {describe(a, b)}"
+        )
     return None

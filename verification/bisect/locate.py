@@ -117,7 +117,9 @@ def _explain_inputs(
     """Why input ``i`` of ``op`` differs at replay: (kind, reason)."""
     ptr = op.input_ptrs[i] if i < len(op.input_ptrs) else 0
     who, maker, brk = _producer(trace, op, ptr)
-    shown = describe(inputs[i] if i < len(inputs) else None, replayed[i] if i < len(replayed) else None)
+    shown = describe(
+        inputs[i] if i < len(inputs) else None, replayed[i] if i < len(replayed) else None
+    )
     if who == "op" and maker is not None and maker.in_break is not None:
         who, brk = "break", maker.in_break  # made inside a break's body: the break's result
     if who == "break":

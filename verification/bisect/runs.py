@@ -88,7 +88,9 @@ class GraphRun(_Run):
             model, internal, detail=detail, force=force, decorate=target.eager_break_during_capture
         )
         self.warmup_trace, self.warmup_outputs = self._traced(True, self.forward)
-        duties = collector_frozen() if COLLECTOR in target.caller_duties else contextlib.nullcontext()
+        duties = (
+            collector_frozen() if COLLECTOR in target.caller_duties else contextlib.nullcontext()
+        )
         self.capture = target.BreakableCUDAGraphCapture()
 
         self.tracer.forced_ptrs.clear()  # what forced ops saw at the warm-up is not the capture's

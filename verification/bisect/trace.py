@@ -45,7 +45,9 @@ _TRANSPARENT = tuple(
     )
     if d
 )
-_INTERNAL_BASE = tuple(d for d in (_package_dir(verification), _package_dir(breakable_cudagraph)) if d)
+_INTERNAL_BASE = tuple(
+    d for d in (_package_dir(verification), _package_dir(breakable_cudagraph)) if d
+)
 
 
 def internal_dirs(target_module: Any) -> tuple[str, ...]:
@@ -236,7 +238,9 @@ class Tracer(TorchDispatchMode):
         self._recording_forced = record_forced
         return self.trace
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
+    ) -> Any:
         kwargs = kwargs or {}
         site = user_site(sys._getframe(1), self.internal)
         if site is None:

@@ -52,8 +52,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--steps", type=at_least(1), default=8, help="steps replayed and compared with eager"
     )
-    parser.add_argument("--rtol", type=_non_negative, default=Tolerance.rtol, help="relative tolerance")
-    parser.add_argument("--atol", type=_non_negative, default=Tolerance.atol, help="absolute tolerance")
+    parser.add_argument(
+        "--rtol", type=_non_negative, default=Tolerance.rtol, help="relative tolerance"
+    )
+    parser.add_argument(
+        "--atol", type=_non_negative, default=Tolerance.atol, help="absolute tolerance"
+    )
     add_quiet(parser)
 
 

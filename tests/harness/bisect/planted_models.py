@@ -80,7 +80,9 @@ def _attention(q, k, v, lengths):
     outs, start = [], 0
     for n in lengths:
         span = slice(start, start + n)  # (the slice itself is host-only; the op is below)
-        outs.append(F.scaled_dot_product_attention(q[:, span], k[:, span], v[:, span], is_causal=True))  # BUG: attention
+        outs.append(
+            F.scaled_dot_product_attention(q[:, span], k[:, span], v[:, span], is_causal=True)
+        )  # BUG: attention
         start += n
     return torch.cat(outs, 1)
 
