@@ -40,11 +40,11 @@ def describe(t: torch.Tensor | None, other: torch.Tensor | None = None) -> str:
     """A tensor and, given the other run's, where they first differ."""
     if t is None:
         return "missing"
-    text = f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
-    if other is None or other.shape != t.shape or other.dtype != t.dtype:
-        if other is not None:
-            text += f" (the other run has {tuple(other.shape)} {str(other.dtype).replace('torch.', '')})"
+    text = _layout(t)
+    if other is None:
         return text
+    if other.shape != t.shape or other.dtype != t.dtype:
+        return f"eager {text}, replay {_layout(other)}"
     a, b = t.detach().cpu().double().reshape(-1), other.detach().cpu().double().reshape(-1)
     bad = ~torch.isclose(a, b, equal_nan=True)
     if bad.any():
@@ -63,6 +63,10 @@ def _read_difference(
         if differs(a, b, tol) and i < len(after) and not differs(a, after[i], tol):
             return i
     return None
+
+
+def _layout(t: torch.Tensor) -> str:
+    return f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ import torch
 import breakable_cudagraph
 from verification.bisect.trace import (
     BreakRecord,
-    caller_site,
     Tracer,
+    caller_site,
     copies,
     host_values,
     storage_ptr,
@@ -143,12 +143,12 @@ def routed_breaks(target: Target) -> Iterator[None]:
         decorators.append((target.module, target.eager_break_during_capture))
     routed = _routing_decorator(target)
     for holder, _ in decorators:
-        setattr(holder, "eager_break_during_capture", routed)
+        holder.eager_break_during_capture = routed
     try:
         yield
     finally:
         for holder, original in decorators:
-            setattr(holder, "eager_break_during_capture", original)
+            holder.eager_break_during_capture = original
 
 
 def load_user_model(ref: str, target: Target) -> UserModel:

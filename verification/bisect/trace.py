@@ -135,6 +135,17 @@ def _is_view(func: Any) -> bool:
     return any(r.alias_info is not None and not r.alias_info.is_write for r in returns)
 
 
+def _written(func: Any, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """The tensors an op writes in place (its ``Tensor(a!)`` arguments)."""
+    written = []
+    for i, spec in enumerate(func._schema.arguments):
+        if spec.alias_info is None or not spec.alias_info.is_write:
+            continue
+        value = kwargs.get(spec.name) if spec.kwarg_only or i >= len(args) else args[i]
+        written += tensors(value)
+    return written
+
+
 def _mutates(func: Any) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
 
@@ -278,9 +289,8 @@ class Tracer(TorchDispatchMode):
         if not view:
             for p in op.output_ptrs:
                 produced[p] = ("op", op.index)
-            if _mutates(func):
-                for t in leaves:
-                    produced.setdefault(storage_ptr(t), ("op", op.index))
+            for t in _written(func, args, kwargs):
+                produced.setdefault(storage_ptr(t), ("op", op.index))
         if keep:
             op.outputs = [t.detach().clone() for t in outs]
         self.trace.ops.append(op)

@@ -79,10 +79,10 @@ def _attention(q, k, v, lengths):
     # break; captured as plain ops, its slices keep the capture's lengths.
     outs, start = [], 0
     for n in lengths:
-        span = slice(start, start + n)  # (the slice itself is host-only; the op is below)
-        outs.append(
-            F.scaled_dot_product_attention(q[:, span], k[:, span], v[:, span], is_causal=True)
-        )  # BUG: attention
+        span = slice(start, start + n)  # host-only: the ops are the slices below
+        q_n = q[:, span]  # BUG: attention
+        k_n, v_n = k[:, span], v[:, span]
+        outs.append(F.scaled_dot_product_attention(q_n, k_n, v_n, is_causal=True))
         start += n
     return torch.cat(outs, 1)
 
