@@ -138,7 +138,12 @@ class UserModel:
 @contextlib.contextmanager
 def routed_breaks(target: Target) -> Iterator[None]:
     """This library's break decorator, and the target's, wrap break functions for bisect."""
-    decorators = [(breakable_cudagraph, breakable_cudagraph.eager_break_during_capture)]
+    from breakable_cudagraph import breaks
+
+    decorators = [
+        (breakable_cudagraph, breakable_cudagraph.eager_break_during_capture),
+        (breaks, breaks.eager_break_during_capture),
+    ]
     if target.module is not breakable_cudagraph:
         decorators.append((target.module, target.eager_break_during_capture))
     routed = _routing_decorator(target)

@@ -207,3 +207,56 @@ def wrong_shape():
 
 def raises():
     raise ValueError("no model here")
+
+
+@bcg.eager_break_during_capture
+def scaled_break(x: torch.Tensor, out: torch.Tensor, scale: float) -> None:
+    out.copy_(x * scale)
+
+
+def break_gets_a_host_number():
+    x, w1, w2, scaled_out = _mlp()
+    meta = SimpleNamespace(scale=1.0)
+
+    def forward():
+        scaled_break(x @ w1, scaled_out, meta.scale)  # BUG: break argument
+        return scaled_out @ w2
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+        meta.scale = 2.0 + step
+
+    return forward, next_step
+
+
+_builds = [0]
+
+
+def not_deterministic():
+    _builds[0] += 1  # each build differs: bisect's two copies are not the same model
+    x, w1, w2, normed = _mlp()
+    w1.add_(_builds[0])
+
+    def forward():
+        rms_break(x @ w1, normed)
+        return normed @ w2
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+
+    return forward, next_step
+
+
+def break_decorated_too_early():
+    from tests.harness.bisect.early_breaks import early_rms
+
+    x, w1, w2, normed = _mlp()
+
+    def forward():
+        early_rms(x @ w1, normed)
+        return normed @ w2
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+
+    return forward, next_step

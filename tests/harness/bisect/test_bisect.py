@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+import tests.harness.bisect.early_breaks  # noqa: F401  (imported before bisect: see the module)
 from tests.harness.bisect.planted_models import bug_line
 from verification import cli
 from verification.bisect import bisect
@@ -23,6 +24,7 @@ PLANTED = {
     "break_caches_a_tensor": ("break state", "aten.sub.Tensor", "cached"),
     "rebound_input": ("rebound tensor", "aten.mm.default", "rebound"),
     "host_branch": ("host branch", "aten.add.Tensor", "branch"),
+    "break_gets_a_host_number": ("frozen host value", "break scaled_break", "break argument"),
 }
 
 
@@ -40,8 +42,9 @@ def test_each_planted_model_is_named_to_its_op_and_line(bcg_kind, model):
     _named(bisect(f"{MODELS}:{model}", device=bcg_kind, steps=3), kind, op, marker)
 
 
-def test_a_stream_race_the_simulator_sees_is_named_where_the_unordered_read_is():
-    # On a GPU the race may or may not corrupt a value: only the simulator's detector sees it.
+def test_a_stream_race_the_simulator_sees_is_named_where_the_unordered_read_is(bcg_kind):
+    if bcg_kind != "sim":
+        pytest.skip("on a GPU the race may or may not corrupt a value: only the simulator sees it")
     result = bisect(f"{MODELS}:stream_race", device="sim", steps=2)
     _named(result, "stream race", "aten.mul.Tensor", "race")
 
@@ -90,19 +93,21 @@ def test_the_command_exits_0_without_divergence(bcg_kind, capsys):
         ("tests.harness.bisect.no_such_module:fn", "cannot import"),
         (f"{MODELS}:wrong_shape", "returned int; it must return (forward, next_step)"),
         (f"{MODELS}:raises", "raised ValueError: no model here"),
+        (f"{MODELS}:not_deterministic", "built two different models from the same seed"),
+        (f"{MODELS}:break_decorated_too_early", "some break was decorated before bisect"),
     ],
 )
-def test_bad_models_are_one_error_line_and_exit_2(capsys, ref, message):
-    status = cli.main(["bisect", ref, "--device", "sim"])
+def test_bad_models_are_one_error_line_and_exit_2(bcg_kind, capsys, ref, message):
+    status = cli.main(["bisect", ref, "--device", bcg_kind])
     err = capsys.readouterr().err
     assert status == 2
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
 
 
-def test_a_failure_of_the_harness_itself_exits_3(monkeypatch, capsys):
+def test_a_failure_of_the_harness_itself_exits_3(bcg_kind, monkeypatch, capsys):
     # A comparison that raises from inside the harness, with no line of the user's on the stack.
     monkeypatch.setattr("verification.bisect.first_difference", dict)
-    status = cli.main(["bisect", f"{MODELS}:correct", "--device", "sim"])
+    status = cli.main(["bisect", f"{MODELS}:correct", "--device", bcg_kind])
     assert status == 3
     assert "harness failed: TypeError" in capsys.readouterr().err
 
