@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -24,14 +25,20 @@ from torch.utils._pytree import tree_leaves
 
 from verification.bisect import bisect
 from verification.devices import device_context, resolve_device
+from verification.planted.targets import build
+from verification.targets import DEFAULT_TARGET, load_target
 
+# (model, planted target bug or None). A planted target's row times bisect's slowest path
+# (the capture agrees with eager, so the segment is recaptured with its ops forced into
+# breaks); its plain comparison runs under this library, the same model and steps.
 MODELS = (
-    "tests.harness.bisect.planted_models:correct",
-    "tests.harness.bisect.llama_model:llama",
-    "examples.bisect_transformer:transformer",
-    "tests.harness.bisect.planted_models:frozen_host_value",
-    "tests.harness.bisect.planted_models:break_caches_a_tensor",
-    "tests.harness.bisect.planted_models:host_branch",
+    ("tests.harness.bisect.planted_models:correct", None),
+    ("tests.harness.bisect.llama_model:llama", None),
+    ("examples.bisect_transformer:transformer", None),
+    ("tests.harness.bisect.planted_models:frozen_host_value", None),
+    ("tests.harness.bisect.planted_models:break_caches_a_tensor", None),
+    ("tests.harness.bisect.planted_models:host_branch", None),
+    ("tests.harness.bisect.llama_model:llama", "output_not_copied_back"),
 )
 
 
@@ -40,6 +47,7 @@ def plain_comparison(ref: str, kind: str, steps: int) -> bool:
     import breakable_cudagraph as bcg
 
     module_name, _, fn_name = ref.partition(":")
+    sys.modules.pop(module_name, None)  # bisect's import routed its breaks to its target
     fn = getattr(importlib.import_module(module_name), fn_name)
     differed = False
     with device_context(kind, strict_warmup=False), torch.no_grad():
@@ -83,19 +91,22 @@ def main() -> int:
     args = parser.parse_args()
     kind = resolve_device(args.device)
     rows = []
-    for ref in MODELS:
+    for ref, bug in MODELS:
+        target = load_target(build(bug)) if bug else DEFAULT_TARGET
         plain, full = [], []
         plain_comparison(ref, kind, args.steps)  # untimed: first-use costs of either side
-        bisect(ref, device=kind, steps=args.steps)
+        bisect(ref, target=target, device=kind, steps=args.steps)
         for _ in range(args.rounds):
             seconds, differed = _cpu(lambda r=ref: plain_comparison(r, kind, args.steps))
             plain.append(seconds)
-            seconds, result = _cpu(lambda r=ref: bisect(r, device=kind, steps=args.steps))
+            seconds, result = _cpu(
+                lambda r=ref, t=target: bisect(r, target=t, device=kind, steps=args.steps)
+            )
             full.append(seconds)
         answer = result.finding.line() if result.finding else "no divergence"
         p, b = statistics.median(plain), statistics.median(full)
         rows.append(
-            f"| `{ref.split('.')[-1]}` | {'differs' if differed else 'same'} | {p:.2f} | {b:.2f} "
+            f"| `{ref.split('.')[-1]}`{f' under planted `{bug}`' if bug else ''} | {'differs' if differed else 'same'} | {p:.2f} | {b:.2f} "
             f"| {b / p:.1f}x | {result.steps} | {answer.replace('bisect: ', '')} |"
         )
         print(rows[-1], flush=True)

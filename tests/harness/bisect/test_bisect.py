@@ -122,3 +122,17 @@ def test_the_example_transformer_is_named_at_its_host_dependent_slice(bcg_kind):
     assert finding is not None and finding.op == "aten.slice.Tensor", result.line()
     assert finding.site is not None and finding.site[0].endswith("bisect_transformer.py")
     assert finding.site[1] == line and finding.kind == "frozen host value"
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--target", "no_such_target_module"], "cannot be imported"),
+        (["--steps", "0"], "must be at least 1"),
+        (["--rtol", "-1"], "must be at least 0"),
+    ],
+)
+def test_bad_options_are_one_error_line_and_exit_2(bcg_kind, capsys, extra, message):
+    status = cli.main(["bisect", f"{MODELS}:correct", "--device", bcg_kind, *extra])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and message in err, err
