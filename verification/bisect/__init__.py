@@ -17,6 +17,7 @@ on a GPU a race the device's timing hides. The caller must make ``FN`` determini
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ import torch
 from verification.bisect.compare import Difference, Tolerance, first_diff, first_difference
 from verification.bisect.locate import Culprit, compare_ops, in_break_body, structural
 from verification.bisect.model import UserModel, load_user_model
+from verification.bisect.reproducer import frozen_op_script
 from verification.bisect.runs import EagerRun, GraphRun
 from verification.bisect.trace import OpRecord, Site, internal_dirs, site_of_traceback
 from verification.devices import device_context, resolve_device
@@ -51,6 +53,7 @@ class Finding:
     tensor: str
     reason: str
     reproduce: str
+    reproducer: str | None = None  # a standalone script, when bisect can write one
 
     @property
     def where(self) -> str:
@@ -71,6 +74,8 @@ class Finding:
             out.append(f"tensor:   {self.tensor}")
         out.append(f"why:      {self.reason}")
         out.append(f"again:    {self.reproduce}")
+        if self.reproducer is not None:
+            out += ["---- reproducer ----", self.reproducer.rstrip("\n"), "--------------------"]
         return out
 
 
@@ -197,7 +202,7 @@ class _Search:
         )
 
     def _finding(self, culprit: Culprit, step: int, tensor: str) -> Finding:
-        return Finding(
+        finding = Finding(
             culprit.kind,
             culprit.op,
             culprit.site,
@@ -206,6 +211,12 @@ class _Search:
             culprit.reason,
             self.command + f" --steps {step + 1}",
         )
+        if culprit.calls is None:
+            return finding
+        script = frozen_op_script(
+            culprit.op, finding.where, *culprit.calls, step, self.target, self.kind == "sim"
+        )
+        return dataclasses.replace(finding, reproducer=script)
 
     def _compare(self) -> Finding | None:
         started = time.perf_counter()

@@ -13,6 +13,7 @@ whose inputs agree but whose results differ is narrowed by :func:`in_break_body`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -29,6 +30,7 @@ class Culprit:
     site: Site | None
     reason: str
     tensor: str = ""
+    calls: tuple[Any, Any] | None = None  # the op's call at capture and now, for a reproducer
 
 
 def _where(site: Site | None) -> str:
@@ -92,6 +94,7 @@ def structural(capture: Trace, warmup: Trace, eager: Trace, upto: int) -> Culpri
                     f"its argument {j} was {_short(then)} at capture and is {_short(now)} "
                     "eagerly now: the graph replays the capture's host value (pass it in a "
                     "device tensor copied into each step, or make the op a break)",
+                    calls=(c.call, e.call),
                 )
     return None
 

@@ -158,6 +158,31 @@ def copies(tree: Any) -> list[torch.Tensor]:
     return [t.detach().clone() for t in tensors(tree)]
 
 
+@dataclass(frozen=True)
+class Layout:
+    """A tensor argument as a reproducer needs it: its layout, and a host tensor's values."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    on_device: bool
+    values: Any = None
+
+
+def layouts(tree: Any) -> Any:
+    """``tree`` with every tensor replaced by its :class:`Layout`."""
+    from torch.utils._pytree import tree_map
+
+    def one(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        host = x.device.type == "cpu"
+        values = x.tolist() if host and x.numel() <= 64 else None
+        return Layout(tuple(x.shape), tuple(x.stride()), x.dtype, not host, values)
+
+    return tree_map(one, tree)
+
+
 @dataclass
 class OpRecord:
     """One op of a forward. ``segment`` counts the breaks before it; ``in_break`` is the
@@ -177,6 +202,8 @@ class OpRecord:
     output_ptrs: tuple[int, ...]
     inputs: list[torch.Tensor] | None = None
     outputs: list[torch.Tensor] | None = None
+    func: Any = None
+    call: Any = None  # (args, kwargs) with tensors as Layouts: a reproducer's material
 
 
 @dataclass
@@ -276,7 +303,10 @@ class Tracer(TorchDispatchMode):
             ),
             input_ptrs=tuple(storage_ptr(t) for t in leaves),
             output_ptrs=(),
+            func=func,
         )
+        if self.in_break is None:
+            op.call = layouts((args, kwargs))
         keep = self.detail(op)
         if keep:
             op.inputs = copies((args, kwargs))

@@ -136,3 +136,20 @@ def test_bad_options_are_one_error_line_and_exit_2(bcg_kind, capsys, extra, mess
     status = cli.main(["bisect", f"{MODELS}:correct", "--device", bcg_kind, *extra])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize(
+    "ref", [f"{MODELS}:frozen_host_value", "examples.bisect_transformer:transformer"]
+)
+def test_a_frozen_host_value_comes_with_a_standalone_script_that_fails_while_it_is_frozen(
+    bcg_kind, ref
+):
+    from verification.devices import device_context
+
+    finding = bisect(ref, device=bcg_kind, steps=2).finding
+    assert finding is not None and finding.reproducer is not None, finding
+    namespace = {"__name__": "reproducer"}
+    exec(compile(finding.reproducer, "reproducer.py", "exec"), namespace)
+    with device_context(bcg_kind), pytest.raises(SystemExit) as exit_status:
+        namespace["main"]()
+    assert exit_status.value.code == 1
