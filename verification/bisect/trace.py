@@ -51,10 +51,22 @@ _INTERNAL_BASE = tuple(
 
 
 def internal_dirs(target_module: Any) -> tuple[str, ...]:
-    """The harness, this library and the target's package: code that is not the user's."""
-    top = sys.modules.get(str(getattr(target_module, "__name__", "")).partition(".")[0])
-    extra = _package_dir(top) if top is not None else None
-    return _INTERNAL_BASE + ((extra,) if extra and extra not in _INTERNAL_BASE else ())
+    """The harness, this library and the target's own code: not the user's.
+
+    Only the target module itself (its package when it is one, and the module an adapter
+    names in ``MODULE``): a user's model may live in the same distribution as the target, as
+    vLLM's models do beside ``vllm.compilation.breakable_cudagraph``."""
+    extra: list[str] = []
+    named = sys.modules.get(str(getattr(target_module, "MODULE", "") or ""))
+    for module in (target_module, named):
+        path = getattr(module, "__file__", None)
+        if not path:
+            continue
+        if hasattr(module, "__path__"):
+            extra.append(os.path.dirname(os.path.abspath(path)) + os.sep)
+        else:
+            extra.append(os.path.abspath(path))
+    return _INTERNAL_BASE + tuple(e for e in extra if e not in _INTERNAL_BASE)
 
 
 def user_site(frame: Any, internal: tuple[str, ...]) -> Site | None:

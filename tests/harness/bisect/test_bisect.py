@@ -153,3 +153,15 @@ def test_a_frozen_host_value_comes_with_a_standalone_script_that_fails_while_it_
     with device_context(bcg_kind), pytest.raises(SystemExit) as exit_status:
         namespace["main"]()
     assert exit_status.value.code == 1
+
+
+def test_under_a_vllm_named_target_the_model_s_breaks_are_the_target_s(bcg_kind):
+    # The model decorates with this library's names; bisect routes them to the target's
+    # decorator, so the target's own capture and contract (out-buffer) run it.
+    result = bisect(
+        f"{MODELS}:break_caches_a_tensor",
+        target="verification.planted.vllm_minimal",
+        device=bcg_kind,
+        steps=2,
+    )
+    _named(result, "break state", "aten.sub.Tensor", "cached")
