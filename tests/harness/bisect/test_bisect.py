@@ -106,7 +106,7 @@ def test_bad_models_are_one_error_line_and_exit_2(bcg_kind, capsys, ref, message
 
 def test_a_failure_of_the_harness_itself_exits_3(bcg_kind, monkeypatch, capsys):
     # A comparison that raises from inside the harness, with no line of the user's on the stack.
-    monkeypatch.setattr("verification.bisect.first_difference", dict)
+    monkeypatch.setattr("verification.bisect.search.first_difference", dict)
     status = cli.main(["bisect", f"{MODELS}:correct", "--device", bcg_kind])
     assert status == 3
     assert "harness failed: TypeError" in capsys.readouterr().err
