@@ -84,6 +84,7 @@ class Search:
         self.steps_run = 0
         self.phases: dict[str, float] = {}
         self.step = -1
+        self.phase = "build"  # what runs now: build, warm-up, capture, step, narrowing
 
     def _timed(self, phase: str, started: float) -> None:
         self.phases[phase] = self.phases.get(phase, 0.0) + time.perf_counter() - started
@@ -109,13 +110,19 @@ class Search:
             if site is None:
                 raise  # nothing of the user's on the stack: the harness failed
             # The model itself raised (eagerly, or because the capture refused an op).
+            message = " ".join(str(error).split())[:400]
+            if self.phase == "capture":
+                message += (
+                    " (the eager warm-up ran this line; the capture refused it: an op that "
+                    "reads device values on the host must run in a break)"
+                )
             return Finding(
-                "error",
+                f"{self.phase} raised",
                 type(error).__name__,
                 site,
                 self.step,
                 "",
-                " ".join(str(error).split())[:400],
+                message,
                 self.command + f" --steps {max(self.step, 0) + 1}",
             )
 
@@ -152,9 +159,12 @@ class Search:
 
     def _compare(self) -> Finding | None:
         started = time.perf_counter()
+        self.phase = "warm-up"
         eager = EagerRun(self.model, self.internal)
         warmup, warm_out = eager.step(None)
+        self.phase = "capture"
         graph = GraphRun(self.model, self.internal, self.target)
+        self.phase = "step"
         counted = getattr(graph.capture, "num_eager_breaks", None)
         if isinstance(counted, int) and counted != len(graph.capture_trace.breaks):
             raise UsageError(
@@ -189,6 +199,7 @@ class Search:
                 continue
             self.say(f"step {step}: differs at {diff.tensor}")
             started = time.perf_counter()
+            self.phase = "narrowing"
             try:
                 return self._locate(diff, step, graph, warmup, e_trace)
             finally:

@@ -260,3 +260,28 @@ def break_decorated_too_early():
         _new_x(x)
 
     return forward, next_step
+
+
+def _host_read_attention(q, lengths):
+    outs, start = [], 0
+    for n in lengths.tolist():  # BUG: host read
+        span = slice(start, start + n)
+        outs.append(F.scaled_dot_product_attention(q[:, span], q[:, span], q[:, span]))
+        start += n
+    return torch.cat(outs, 1)
+
+
+def host_read_not_a_break():
+    # Varlen attention reading the lengths with .tolist() but not marked as a break: the
+    # capture refuses the host read.
+    x, w1, _, normed = _mlp()
+    lengths = torch.tensor([3, 5], device="cuda")
+
+    def forward():
+        rms_break(x @ w1, normed)
+        return _host_read_attention(normed[None], lengths)
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+
+    return forward, next_step

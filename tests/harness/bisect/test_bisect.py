@@ -42,6 +42,14 @@ def test_each_planted_model_is_named_to_its_op_and_line(bcg_kind, model):
     _named(bisect(f"{MODELS}:{model}", device=bcg_kind, steps=3), kind, op, marker)
 
 
+def test_a_host_read_the_capture_refuses_is_named_at_its_line(bcg_kind):
+    result = bisect(f"{MODELS}:host_read_not_a_break", device=bcg_kind, steps=2)
+    finding = result.finding
+    assert finding is not None and finding.kind == "capture raised", result.line()
+    assert finding.site is not None and finding.site[1] == bug_line("host read")
+    assert "must run in a break" in finding.reason
+
+
 def test_a_stream_race_the_simulator_sees_is_named_where_the_unordered_read_is(bcg_kind):
     if bcg_kind != "sim":
         pytest.skip("on a GPU the race may or may not corrupt a value: only the simulator sees it")
