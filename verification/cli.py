@@ -1,4 +1,4 @@
-"""Command line: ``python -m verification fuzz|check|fuzz-op|certify|mutate ...``: the parser
+"""Command line: ``python -m verification fuzz|check|fuzz-op|certify|mutate|bisect ...``: the parser
 and the dispatch; each command lives in :mod:`verification.commands`.
 
 Exit status 0 means nothing was found, 1 that a property was violated (a reproducer is
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from verification.commands import certify, check, fuzz, fuzz_op, mutate
+from verification.commands import bisect, certify, check, fuzz, fuzz_op, mutate
 from verification.commands.options import forget_new_outputs, remove_new_outputs
 from verification.devices import hide_gpu
 from verification.errors import (
@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace, Sequence[str]]
     "fuzz-op": (fuzz_op.add_parser, fuzz_op.run),
     "certify": (certify.add_parser, certify.run),
     "mutate": (mutate.add_parser, mutate.run),
+    "bisect": (bisect.add_parser, bisect.run),
 }
 
 

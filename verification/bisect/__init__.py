@@ -1,0 +1,89 @@
+"""``bisect``: the first op where a user's own model diverges under breakable capture.
+
+``FN()`` builds a model and its static inputs on the device and returns ``(forward,
+next_step)``: ``forward()`` runs one step and returns its outputs, ``next_step(step)``
+prepares step ``step``'s inputs in place. :func:`bisect` builds the model twice (same seed):
+one copy runs eagerly, the other is warmed up, captured right after under the target (its
+own contract: this library's lets a break return tensors) and replayed. Over ``steps`` steps
+it compares every break's arguments and results and every output; at the first difference
+it narrows down to one op (:mod:`verification.bisect.locate`), and names its call site in
+the user's code, the step and the first differing tensor. On the simulator the stream race
+detector is on, and a race is named where it happens.
+
+What it cannot see: a divergence that no break argument, break result or output shows, and
+on a GPU a race the device's timing hides. The caller must make ``FN`` deterministic under
+``torch.manual_seed`` (both copies must be the same model); :func:`bisect` checks it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from verification.bisect.compare import Tolerance
+from verification.bisect.model import load_user_model
+from verification.bisect.search import Finding, Say, Search
+from verification.devices import device_context, resolve_device
+from verification.errors import UsageError
+from verification.targets import DEFAULT_TARGET, Target, load_target
+
+__all__ = ["BisectResult", "Finding", "Tolerance", "bisect"]
+
+DEFAULT_TOLERANCE = Tolerance()
+
+
+@dataclass
+class BisectResult:
+    ref: str
+    target: str
+    device: str
+    steps: int
+    finding: Finding | None
+    seconds: float
+    phases: dict[str, float] = field(default_factory=dict)
+
+    def line(self) -> str:
+        if self.finding is not None:
+            return self.finding.line()
+        return (
+            f"bisect: no divergence in {self.steps} steps of {self.ref} under {self.target} "
+            f"({self.device})"
+        )
+
+
+def _quiet(text: str) -> None:
+    return None
+
+
+def bisect(
+    ref: str,
+    target: str | Any = DEFAULT_TARGET,
+    device: str = "auto",
+    steps: int = 8,
+    tol: Tolerance = DEFAULT_TOLERANCE,
+    say: Say = _quiet,
+) -> BisectResult:
+    """Runs ``ref`` (``MODULE:FN``) eagerly and captured under ``target`` for ``steps`` steps
+    and names the first op that diverges; ``say`` receives progress lines."""
+    if steps < 1:
+        raise UsageError(f"steps must be at least 1, got {steps}")
+    loaded = target if isinstance(target, Target) else load_target(target)
+    kind = resolve_device(device)
+    model = load_user_model(ref, loaded)
+    command = f"python -m verification bisect {ref} --target {loaded.name} --device {kind}"
+    search = Search(model, loaded, kind, steps, tol, say, command)
+    start = time.perf_counter()
+    with device_context(kind, strict_warmup=False), torch.no_grad():
+        finding = search.run()
+    return BisectResult(
+        ref,
+        loaded.name,
+        kind,
+        search.steps_run,
+        finding,
+        time.perf_counter() - start,
+        search.phases,
+    )
