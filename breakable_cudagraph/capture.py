@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import functools
 import gc
+import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
@@ -38,6 +39,32 @@ from .trees import tensor_leaves
 T = TypeVar("T")
 
 CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
+# The capture error mode of every capture open in the process, by capture. Under "global"
+# another thread's capture invalidates this one with its eager steps (a sync, an allocation),
+# and torch 2.11 then crashed the process by SIGSEGV in capture_end on the H200, in about one
+# run in three of a 30-second thread check. So a global capture overlaps no other thread's
+# capture: the later one is refused, before a graph exists.
+_OPEN_CAPTURES: dict[int, tuple[int, str]] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _claim_overlap(capture: Any, mode: str) -> None:
+    me = threading.get_ident()
+    with _OPEN_LOCK:
+        others = [m for thread, m in _OPEN_CAPTURES.values() if thread != me]
+        if others and "global" in (mode, *others):
+            raise RuntimeError(
+                "another thread is capturing, and a capture_error_mode='global' capture cannot "
+                "overlap another thread's: each one's eager steps would invalidate the other's "
+                "capture. Capture with capture_error_mode='thread_local' (the default) in every "
+                "thread, or from one thread at a time"
+            )
+        _OPEN_CAPTURES[id(capture)] = (me, mode)
+
+
+def _release_overlap(capture: Any) -> None:
+    with _OPEN_LOCK:
+        _OPEN_CAPTURES.pop(id(capture), None)
 
 
 class _State(enum.Enum):
@@ -173,6 +200,8 @@ class BreakableCUDAGraphCapture:
     ``BREAKABLE_CUDAGRAPH_DISABLE=1`` when ``enabled`` is None) runs the block eagerly.
     ``gc_collect=True`` frees memory for the graph on entry, as ``torch.cuda.graph`` does:
     syncs the caller's stream, runs ``gc.collect()`` and empties the allocator's cache.
+    ``capture_error_mode`` is CUDA's (default ``"thread_local"``); a ``"global"`` capture
+    overlaps no other thread's capture: whichever opens second raises.
     """
 
     def __init__(
@@ -277,6 +306,8 @@ class BreakableCUDAGraphCapture:
             torch.cuda.current_stream().synchronize()
             gc.collect()
             torch.cuda.empty_cache()
+        if not eager:
+            _claim_overlap(self, self.capture_error_mode)
         self._caller_stream = torch.cuda.current_stream()
         self._stream = self._requested_stream or _capture_stream(self._caller_stream)
         if self._stream != self._caller_stream:
@@ -323,6 +354,7 @@ class BreakableCUDAGraphCapture:
         self._resume_collector()
         self._pool_memory.forget_held()
         thread_state.set_active_capture(None)
+        _release_overlap(self)
         self._state = _State.CAPTURED
         self._replay_head, self._replay_plan = _replay_plan(self._segments)
         self._settle_empty_graphs()
@@ -550,4 +582,5 @@ class BreakableCUDAGraphCapture:
             self._pool_memory.forget_held()
             self._resume_collector()
             thread_state.set_active_capture(None)
+            _release_overlap(self)
             self._state = _State.FAILED

@@ -630,3 +630,46 @@ def test_collector_stays_off_until_the_last_of_two_threads_captures_closes(
     release.set()
     thread.join(30)
     assert not errors and still_off and gc.isenabled()
+
+
+def _capture_in_other_thread(mode: str, x: torch.Tensor) -> BaseException | None:
+    """Opens a capture of ``x * 2`` in another thread; what it raised, if any. (``x`` is made
+    here: an allocation in another thread would end a global-mode capture itself.)"""
+    raised: list[BaseException | None] = [None]
+
+    def other() -> None:
+        try:
+            with BreakableCUDAGraphCapture(capture_error_mode=mode):
+                x * 2
+        except RuntimeError as error:
+            raised[0] = error
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join(60)
+    return raised[0]
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs"), [("global", "thread_local"), ("thread_local", "global")]
+)
+def test_a_global_mode_capture_overlapping_another_threads_is_refused_before_any_graph(
+    bcg_device: str, mine: str, theirs: str
+) -> None:
+    x = torch.ones(4, device=bcg_device)
+    with BreakableCUDAGraphCapture(capture_error_mode=mine):
+        y = x * 2
+        refused = _capture_in_other_thread(theirs, x)
+    assert refused is not None and "capture_error_mode='thread_local'" in str(refused)
+    # Once the first capture is closed the other thread captures again.
+    assert _capture_in_other_thread(theirs, x) is None
+    del y
+
+
+def test_thread_local_captures_overlap_other_threads_captures(bcg_device: str) -> None:
+    x = torch.ones(4, device=bcg_device)
+    with BreakableCUDAGraphCapture(capture_error_mode="thread_local"):
+        y = x * 2
+        assert _capture_in_other_thread("thread_local", x) is None
+        assert _capture_in_other_thread("relaxed", x) is None
+    del y
