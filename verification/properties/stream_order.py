@@ -5,7 +5,11 @@ drops a join, must fail every time, not once in a thousand runs. On the simulato
 replay runs under its happens-before race detector, which names both unordered accesses. On
 a GPU a race amplifier makes the race decide the values: a ``torch.cuda._sleep`` is captured
 in front of each break (its input lands late) and the witness break sleeps between reading
-its input and writing its output (its output lands late), on large tensors.
+its input and writing its output (its output lands late), on large tensors. Each drawn
+program is captured as a drawn capture set (:mod:`.capture_set`): on the runner's stream or a
+stream it is given, replayed on the default stream, the runner's or another, so a chain
+replayed on a stream other than its capture's must stay ordered on the one it replays on;
+after every capture and replay the caller's current stream must be the one it was.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from hypothesis import strategies as st
 
 from verification.execute import collector_paused
 from verification.findings import Finding
@@ -27,7 +32,14 @@ from verification.properties.base import (
     property_finding,
     timed,
 )
+from verification.properties.capture_set import (
+    CaptureSet,
+    capture_set_problem,
+    capture_sets,
+    from_data,
+)
 from verification.properties.runs import ProgramRun
+from verification.search import symptom
 
 NAME = "stream-order"
 # About 10 ms on an H200: far longer than Python takes to issue the next kernel.
@@ -95,7 +107,9 @@ def witness_problem(config: CheckConfig) -> str | None:
     return None
 
 
-def _amplified_problem(program: Program, config: CheckConfig) -> str | None:
+def _amplified_problem(
+    program: Program, capture_set: CaptureSet | None, config: CheckConfig
+) -> str | None:
     def hook(index: int, env: dict[int, torch.Tensor]) -> None:
         if index < len(program.steps) and program.steps[index].brk:
             _sleep(config.kind)
@@ -106,7 +120,19 @@ def _amplified_problem(program: Program, config: CheckConfig) -> str | None:
         if problem is not None:
             return f"replay {replay}: {problem}"
     run.drop()
-    return None
+    if capture_set is None:
+        return None
+    return capture_set_problem(program, capture_set, config, hook=hook)
+
+
+def _key(finding: Finding) -> tuple[str, str, str]:
+    """Every stream race is one symptom: the detector's words name the ops and the memory,
+    which differ from program to program for one missing join."""
+    return (
+        finding.check,
+        finding.kind,
+        "stream race" if "stream race" in finding.message else (symptom(finding.message)),
+    )
 
 
 def _judged(config: CheckConfig, problem_of: Any, *args: Any) -> str | None:
@@ -125,7 +151,10 @@ def _judged(config: CheckConfig, problem_of: Any, *args: Any) -> str | None:
 
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
     """Re-checks one finding's program (a reproducer calls this)."""
-    return _judged(config, witness_problem) or _judged(config, _amplified_problem, program)
+    capture_set = from_data(scenario.get("capture_set"))
+    return _judged(config, witness_problem) or _judged(
+        config, _amplified_problem, program, capture_set
+    )
 
 
 def check(config: CheckConfig) -> CheckResult:
@@ -139,16 +168,19 @@ def check(config: CheckConfig) -> CheckResult:
         if problem is not None:
             found.add(property_finding(NAME, "target-bug", f"witness: {problem}"))
 
-        def body(program: Program) -> Finding | None:
+        def body(drawn: tuple[Program, CaptureSet]) -> Finding | None:
+            program, capture_set = drawn
             if not program.num_breaks:
                 return None
-            problem = _judged(config, _amplified_problem, program)
+            problem = _judged(config, _amplified_problem, program, capture_set)
             if problem is None:
                 return None
-            return property_finding(NAME, "target-bug", problem, program, config.seed)
+            scenario = (("capture_set", capture_set.as_data()),)
+            return property_finding(NAME, "target-bug", problem, program, config.seed, scenario)
 
-        strategy = program_strategy(config).filter(lambda p: p.num_breaks > 0)
-        found.search(strategy, body, max(1, config.examples // 2))
+        programs = program_strategy(config).filter(lambda p: p.num_breaks > 0)
+        strategy = st.tuples(programs, capture_sets(max_captures=2))
+        found.search(strategy, body, max(1, config.examples // 2), key=_key)
         return found.result()
 
     return timed(NAME, run)
