@@ -342,7 +342,7 @@ def _replay_eager_on_capture_stream(lib: ModuleType) -> None:
 
 def _alias_cached_per_address(lib: ModuleType) -> None:
     # Saves building an alias per break by caching one per address for the process: a
-    # smaller batch's intermediate where a larger batch's was gets the larger one's shape.
+    # smaller batch's intermediate where a larger batch's lay gets the larger one's shape.
     arguments = lib.arguments
     make = arguments.non_owning_alias
     cache: dict[tuple[int, torch.dtype], torch.Tensor] = {}
@@ -686,7 +686,8 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         _replay_eager_on_capture_stream,
     ),
     "alias_cached_per_address": (
-        "non-owning aliases cached per address: a smaller batch's break gets a larger one's view",
+        "non-owning aliases cached per address: a break given another tensor where an earlier "
+        "one lay (a smaller batch's, another layer's) gets the earlier one's view",
         "engine",
         _alias_cached_per_address,
     ),

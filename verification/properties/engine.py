@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from verification.properties.base import (
 )
 from verification.properties.capture_set import CaptureSet, capture_sets
 from verification.properties.runs import stream_left, takes_stream
+from verification.search import symptom
 
 NAME = "engine"
 LAYERS = 2
@@ -310,6 +312,15 @@ def example(program: Any, scenario: dict[str, Any], config: CheckConfig) -> str 
     return engine_problem(dict(scenario["args"][0]) if "args" in scenario else CANONICAL, config)
 
 
+def _key(finding: Finding) -> tuple[str, str, str]:
+    """One symptom per cause: the same exception, or the same output differing, whatever
+    batch size, replay, lengths or message text it showed with (each would shrink again)."""
+    message = re.sub(r"raised (\w+)\(.*", r"raised \1", finding.message, flags=re.S)
+    message = re.sub(r"^the capture of batch size [^:]*: ", "", message)
+    message = re.sub(r"^replay .*: the (\w+) differ.*", r"the \1 differ from eager", message)
+    return finding.check, finding.kind, symptom(message)
+
+
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[Finding]]:
         found = Findings(NAME, config)
@@ -322,7 +333,7 @@ def check(config: CheckConfig) -> CheckResult:
             fixed = scenario_of(functools.partial(engine_problem, scenario))
             return property_finding(NAME, "target-bug", problem, None, config.seed, fixed)
 
-        found.search(scenarios(), body, max(1, config.examples // COST))
+        found.search(scenarios(), body, max(1, config.examples // COST), key=_key)
         return found.result()
 
     return timed(NAME, run)

@@ -15,6 +15,7 @@ after every capture and replay the caller's current stream must be the one it wa
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,7 +39,7 @@ from verification.properties.capture_set import (
     capture_sets,
     from_data,
 )
-from verification.properties.runs import ProgramRun
+from verification.properties.runs import ProgramRun, stream_left
 from verification.search import symptom
 
 NAME = "stream-order"
@@ -96,11 +97,18 @@ def witness_problem(config: CheckConfig) -> str | None:
             h = x * 2
             late_writer(h, out)
             y = out * 3
+        left = stream_left(side, "the capture")
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
+    if left is not None:
+        return left
     for replay, value in enumerate((1.0, -2.0, 3.0)[:REPLAYS]):
         x.fill_(value)
+        before = torch.cuda.current_stream()
         capture.replay()
+        left = stream_left(before, "replay()")
+        if left is not None:
+            return left
         torch.cuda.synchronize()
         if not torch.equal(y, torch.full_like(y, (2 * value + 1) * 3)):
             return f"replay {replay} of a graph-break-graph chain read stale data: the eager step is not ordered with the graphs"
@@ -126,12 +134,14 @@ def _amplified_problem(
 
 
 def _key(finding: Finding) -> tuple[str, str, str]:
-    """Every stream race is one symptom: the detector's words name the ops and the memory,
-    which differ from program to program for one missing join."""
+    """One symptom per cause: every stream race is one (the detector's words name the ops and
+    the memory, which differ from program to program for one missing join), and the witness's
+    finding and a drawn program's are one when they say the same after where they were seen."""
+    message = re.sub(r"^(witness|replay \d+): ", "", finding.message)
     return (
         finding.check,
         finding.kind,
-        "stream race" if "stream race" in finding.message else (symptom(finding.message)),
+        ("stream race" if "stream race" in message else symptom(message)),
     )
 
 
