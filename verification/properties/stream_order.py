@@ -154,8 +154,13 @@ def _judged(config: CheckConfig, problem_of: Any, *args: Any) -> str | None:
         except RaceDetectorMissing:
             raise
         except Exception as error:
-            if race_error is not None and isinstance(error, race_error):
-                return f"stream race: {error}"
+            # A race the target's own cleanup then masked (an assert in its __exit__) is
+            # still the cause: it is found in the exception's context.
+            cause: BaseException | None = error
+            while race_error is not None and cause is not None:
+                if isinstance(cause, race_error):
+                    return f"stream race: {cause}"
+                cause = cause.__cause__ or cause.__context__
             return f"the target raised {error!r}"
 
 
