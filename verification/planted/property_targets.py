@@ -268,6 +268,94 @@ def _runner_leaves_its_stream(lib: ModuleType) -> None:
     cls.__call__ = __call__
 
 
+def _replays_last_capture(lib: ModuleType) -> None:
+    # One process-wide "current chain" of eager steps, which the newest capture overwrites:
+    # replaying an older capture launches its own graphs but the newest capture's breaks.
+    cls = lib.BreakableCUDAGraphCapture
+    exit_, replay = cls.__exit__, cls.replay
+    newest: list[Any] = [None]
+
+    def __exit__(self: Any, *exc: Any) -> Any:
+        result = exit_(self, *exc)
+        if self._replay_plan:
+            newest[0] = self
+        return result
+
+    def replay_(self: Any) -> None:
+        last = newest[0]
+        if last is None or last is self or not last._replay_plan:
+            return replay(self)
+        own = self._replay_plan
+        self._replay_plan = [
+            (call, returns, step, launch)
+            for (_, _, _, launch), (call, returns, step, _) in zip(own, last._replay_plan)
+        ]
+        try:
+            return replay(self)
+        finally:
+            self._replay_plan = own
+
+    cls.__exit__ = __exit__
+    cls.replay = replay_
+
+
+def _capture_restores_default_stream(lib: ModuleType) -> None:
+    # Restores "the" stream a caller is assumed to stand on, the default one, not the
+    # caller's own: harmless for a caller on the default stream, wrong for an engine's runner.
+    cls = lib.BreakableCUDAGraphCapture
+    exit_ = cls.__exit__
+
+    def __exit__(self: Any, *exc: Any) -> Any:
+        try:
+            return exit_(self, *exc)
+        finally:
+            torch.cuda.set_stream(torch.cuda.default_stream())
+
+    cls.__exit__ = __exit__
+
+
+def _replay_eager_on_capture_stream(lib: ModuleType) -> None:
+    # Each eager step replays on the stream it was captured on, which nothing orders with the
+    # stream the chain is replayed on.
+    cls = lib.BreakableCUDAGraphCapture
+    exit_ = cls.__exit__
+
+    def __exit__(self: Any, *exc: Any) -> Any:
+        result = exit_(self, *exc)
+        stream = self._stream
+
+        def on_capture_stream(call: Callable[[], Any]) -> Callable[[], Any]:
+            def run() -> Any:
+                with torch.cuda.stream(stream):
+                    return call()
+
+            return run
+
+        self._replay_plan = [
+            (on_capture_stream(call), returns, step, launch)
+            for call, returns, step, launch in self._replay_plan
+        ]
+        return result
+
+    cls.__exit__ = __exit__
+
+
+def _alias_cached_per_address(lib: ModuleType) -> None:
+    # Saves building an alias per break by caching one per address for the process: a
+    # smaller batch's intermediate where a larger batch's lay gets the larger one's shape.
+    arguments = lib.arguments
+    make = arguments.non_owning_alias
+    cache: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+
+    def non_owning_alias(tensor: torch.Tensor) -> torch.Tensor:
+        key = (tensor.data_ptr(), tensor.dtype)
+        if key not in cache:
+            cache[key] = make(tensor)
+        return cache[key]
+
+    arguments.non_owning_alias = non_owning_alias
+
+
 def _edited(module: str, old: str, new: str) -> Callable[[ModuleType], None]:
     """A plant that rewrites ``old`` (found once) as ``new`` in the copy's ``module``, as a
     mutant does: these bugs sit in a signature or a condition, which a patch could only
@@ -581,6 +669,27 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "a runner refusing its arguments leaves a capture active in the thread",
         "runner",
         _runner_refusal_leaves_a_capture_active,
+    ),
+    "replays_last_capture": (
+        "replay() runs the eager steps of the newest capture, not its own",
+        "pool",
+        _replays_last_capture,
+    ),
+    "capture_restores_default_stream": (
+        "closing a capture makes the default stream current, not the caller's stream",
+        "stream-order",
+        _capture_restores_default_stream,
+    ),
+    "replay_eager_on_capture_stream": (
+        "eager steps replay on the capture's stream, unordered with the replay's stream",
+        "stream-order",
+        _replay_eager_on_capture_stream,
+    ),
+    "alias_cached_per_address": (
+        "non-owning aliases cached per address: a break given another tensor where an earlier "
+        "one lay (a smaller batch's, another layer's) gets the earlier one's view",
+        "engine",
+        _alias_cached_per_address,
     ),
 }
 NOT_BUGS: dict[str, Callable[[ModuleType], None]] = {"strong_arguments": _strong_arguments}

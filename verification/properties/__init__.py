@@ -14,6 +14,7 @@ from typing import Any
 from verification.findings import Finding
 from verification.programs import Program
 from verification.properties import (
+    engine,
     faults,
     nested,
     pool,
@@ -79,6 +80,13 @@ PROPERTIES: dict[str, Property] = {
             "its arguments as documented",
             runner.check,
             runner.example,
+        ),
+        Property(
+            engine.NAME,
+            "an engine's runner loop (one pool, every batch size, any order, host metadata, "
+            "a logits processor) replays as eager",
+            engine.check,
+            engine.example,
         ),
     )
 }

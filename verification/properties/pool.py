@@ -2,7 +2,10 @@
 and hold nothing once dropped.
 
 Several drawn programs are captured one after another into one pool, freed memory is
-scribbled, and each capture replayed in capture order must equal eager. A chain with k breaks
+scribbled, and each capture replayed in capture order must equal eager. A drawn capture set
+(:mod:`.capture_set`) captures the first program at several batch sizes into one pool, largest
+first, replays them in any order, drops and captures some again; each replay must equal
+eager and the pool's memory must come back once the set is dropped. A chain with k breaks
 may reserve at most 1.05 times the graph-pool memory of the same program captured as one
 graph. Intermediates given to breaks should die while the capture lives (if not, a
 ``memory-held`` finding with the figure; a target-bug on the fixed witnesses for a target that
@@ -36,6 +39,12 @@ from verification.properties.base import (
     program_strategy,
     property_finding,
     timed,
+)
+from verification.properties.capture_set import (
+    CaptureSet,
+    capture_set_problem,
+    capture_sets,
+    from_data,
 )
 from verification.properties.memory import ArgumentWatch, held_bytes, scribble_freed
 from verification.properties.runs import (
@@ -454,11 +463,35 @@ def _witness_problem(program: Program, config: CheckConfig, held: list[int]) -> 
     return problem
 
 
-def _drawn_problem(programs: list[Program], config: CheckConfig, held: list[int]) -> str | None:
-    """One ratio per example (each costs three captures and three collections), then sharing."""
+def _capture_set_problem(
+    program: Program, capture_set: CaptureSet, config: CheckConfig
+) -> str | None:
+    """The capture set replays as eager, and its pool's memory comes back once it is dropped."""
+    settle(config.kind)
+    baseline = graph_pool_bytes()
+    problem = capture_set_problem(program, capture_set, config)
+    if problem is not None:
+        return problem
+    settle(config.kind)
+    after = graph_pool_bytes()
+    if after > baseline:
+        return (
+            f"graph pools reserve {after} bytes after a capture set of sizes "
+            f"{capture_set.sizes} was dropped, {baseline} before it was made"
+        )
+    return None
+
+
+def _drawn_problem(
+    programs: list[Program], config: CheckConfig, held: list[int], capture_set: CaptureSet
+) -> str | None:
+    """One ratio per example (each costs three captures and three collections), then sharing,
+    then the first program as a capture set."""
     try:
-        return _ratio_problem(programs[0], config, held) or _shared_pool_problem(
-            programs, config, held
+        return (
+            _ratio_problem(programs[0], config, held)
+            or _shared_pool_problem(programs, config, held)
+            or _capture_set_problem(programs[0], capture_set, config)
         )
     except Exception as error:  # a drawn program the target cannot take is its finding
         return f"the target raised {error!r}"
@@ -472,7 +505,8 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
     """Re-checks one finding's program (a reproducer calls this)."""
     if program in (WITNESS, ARGUMENT_WITNESS):
         return _witness_problem(program, config, [])
-    return _drawn_problem([program, program], config, [])
+    capture_set = from_data(scenario.get("capture_set"))
+    return _drawn_problem([program, program], config, [], capture_set)
 
 
 def check(config: CheckConfig) -> CheckResult:
@@ -480,12 +514,13 @@ def check(config: CheckConfig) -> CheckResult:
         held: list[int] = []
         found = Findings(NAME, config)
 
-        def body(drawn: tuple[list[Program], bool]) -> Finding | None:
-            programs, _ = drawn
-            problem = _drawn_problem(programs, config, held)
+        def body(drawn: tuple[list[Program], CaptureSet]) -> Finding | None:
+            programs, capture_set = drawn
+            problem = _drawn_problem(programs, config, held, capture_set)
             if problem is None:
                 return None
-            return property_finding(NAME, "target-bug", problem, programs[0], config.seed)
+            scenario = (("capture_set", capture_set.as_data()),)
+            return property_finding(NAME, "target-bug", problem, programs[0], config.seed, scenario)
 
         found.fixed(arguments_as_given_problem)
         before = len(found.found)
@@ -503,7 +538,7 @@ def check(config: CheckConfig) -> CheckResult:
                 if problem is not None:
                     found.add(property_finding(NAME, "target-bug", problem, program, config.seed))
         strategy = st.tuples(
-            st.lists(program_strategy(config, ops=ops), min_size=2, max_size=3), st.just(True)
+            st.lists(program_strategy(config, ops=ops), min_size=2, max_size=3), capture_sets()
         )
         found.search(strategy, body, max(1, config.examples // COST))
         examples, findings = found.result()

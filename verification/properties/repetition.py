@@ -1,8 +1,9 @@
 """Property 6, memory under repetition: cycles of capture, replay and reset stay flat.
 
-One drawn program is captured, replayed and reset ``cycles`` times (10,000 in the thorough
-GPU run, a few hundred in CI), each cycle on fresh static inputs and into a fresh pool, as a
-server re-capturing would. After the warm-up cycles reserved memory must not grow, the live
+One drawn program is captured as a drawn capture set (:mod:`.capture_set`: several batch
+sizes into one pool, replayed in any order, some dropped and captured again), replayed and
+reset ``cycles`` times (10,000 in the thorough GPU run, a few hundred in CI), each cycle on
+fresh static inputs and into a fresh pool, as a server re-capturing would. After the warm-up cycles reserved memory must not grow, the live
 CUDA graph objects must not pile up, and the first cycle's capture and inputs must die: no
 pinned pool, no leaked graph. The first and last cycles' replays must equal eager.
 """
@@ -15,6 +16,7 @@ import weakref
 from typing import Any
 
 import torch
+from hypothesis import strategies as st
 
 from verification.findings import Finding
 from verification.programs import Program
@@ -26,7 +28,13 @@ from verification.properties.base import (
     property_finding,
     timed,
 )
-from verification.properties.runs import ProgramRun, reserved, settle
+from verification.properties.capture_set import (
+    CapturedSet,
+    CaptureSet,
+    capture_sets,
+    from_data,
+)
+from verification.properties.runs import reserved, settle
 
 NAME = "repetition"
 WARM_UP = 3
@@ -39,28 +47,32 @@ def _live_graphs() -> int:
         return sum(isinstance(o, torch.cuda.CUDAGraph) for o in gc.get_objects())
 
 
-def _cycle(program: Program, config: CheckConfig, check_replay: bool) -> tuple[str | None, list]:
-    run = ProgramRun(program, config.target, config.kind, config.device, config.seed)
-    problem = run.replay_problem(config.seed + 1) if check_replay else None
-    if not check_replay:
-        run.capture.replay()
-    refs = [weakref.ref(run.capture), *(weakref.ref(t) for t in run.static_inputs)]
-    run.drop()
+def _cycle(
+    program: Program, capture_set: CaptureSet, config: CheckConfig, check_replay: bool
+) -> tuple[str | None, list]:
+    captured = CapturedSet(program, capture_set, config)
+    problem = captured.replays(check=check_replay)
+    refs = [weakref.ref(buffer) for buffer in captured.buffers]
+    refs += [weakref.ref(run.capture) for run in captured.each_run()]
+    captured.drop()
     return problem, refs
 
 
-def repetition_problem(program: Program, config: CheckConfig) -> str | None:
+def repetition_problem(
+    program: Program, config: CheckConfig, capture_set: CaptureSet | None = None
+) -> str | None:
+    capture_set = capture_set or CaptureSet()
     cycles = max(config.cycles, WARM_UP + 1)
     first_refs: list = []
     for cycle in range(WARM_UP):
-        problem, refs = _cycle(program, config, check_replay=cycle == 0)
+        problem, refs = _cycle(program, capture_set, config, check_replay=cycle == 0)
         if problem is not None:
             return f"cycle {cycle}: {problem}"
         first_refs = first_refs or refs
     settle(config.kind)
     base_reserved, base_graphs = reserved(), _live_graphs()
     for cycle in range(WARM_UP, cycles):
-        problem, _ = _cycle(program, config, check_replay=cycle == cycles - 1)
+        problem, _ = _cycle(program, capture_set, config, check_replay=cycle == cycles - 1)
         if problem is not None:
             return f"cycle {cycle}: {problem}"
     settle(config.kind)
@@ -80,20 +92,24 @@ def repetition_problem(program: Program, config: CheckConfig) -> str | None:
 
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
     """Re-checks one finding's program (a reproducer calls this)."""
-    return repetition_problem(program, config)
+    return repetition_problem(program, config, from_data(scenario.get("capture_set")))
 
 
 def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[Finding]]:
         found = Findings(NAME, config)
 
-        def body(program: Program) -> Finding | None:
-            problem = repetition_problem(program, config)
+        def body(drawn: tuple[Program, CaptureSet]) -> Finding | None:
+            program, capture_set = drawn
+            problem = repetition_problem(program, config, capture_set)
             if problem is None:
                 return None
-            return property_finding(NAME, "target-bug", problem, program, config.seed)
+            scenario = (("capture_set", capture_set.as_data()),)
+            return property_finding(NAME, "target-bug", problem, program, config.seed, scenario)
 
-        strategy = program_strategy(config).filter(lambda p: p.num_breaks > 0)
+        programs = program_strategy(config).filter(lambda p: p.num_breaks > 0)
+        # Two sizes show a set's leak; a third would triple every cycle's cost.
+        strategy = st.tuples(programs, capture_sets(max_captures=2))
         # One long run is the point; a few programs cover different break layouts, or as many
         # as a time budget allows.
         cap = config.examples // 10 if config.seconds is not None else min(3, config.examples // 10)

@@ -1,14 +1,19 @@
 """Runs a generated program under a target the way every property needs it.
 
-:class:`ProgramRun` allocates static inputs, warms up eagerly and captures once from a
-side stream of the harness (optionally into a given pool, with extra capture keywords, with
-a hook called before each step inside the capture, and with break functions wrapped);
-:meth:`ProgramRun.replay_problem` replays on fresh inputs and compares with eager.
-Memory helpers read reserved memory, and graph-pool memory, the same way on GPU and simulator.
+:class:`ProgramRun` allocates static inputs (or takes the views it is given), warms up eagerly
+and captures once on a stream of its runner, never the default one, as an engine's runner
+does (optionally into a given pool, with extra capture keywords, with a hook called before
+each step inside the capture, and with break functions wrapped);
+:meth:`ProgramRun.replay_problem` replays on fresh inputs, on the replay stream it was told,
+and compares with eager. After every capture and replay the caller's current stream must be
+the one it was (:func:`stream_left`). Memory helpers read reserved memory, and graph-pool
+memory, the same way on GPU and simulator.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +35,34 @@ from verification.targets import Target
 Hook = Callable[[int, dict[int, torch.Tensor]], None]
 Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 DEFAULT_POOL = (0, 0)
+# Where a capture runs: on the runner's own stream, or on a second stream it is given
+# (``stream=`` where the target takes it, else made current around the capture).
+CAPTURE_STREAMS = ("runner", "given")
+# Where replays run: the default stream, the runner's stream, or a stream of neither.
+REPLAY_STREAMS = ("default", "runner", "other")
+
+
+def stream_left(before: torch.cuda.Stream, what: str) -> str | None:
+    """Why the caller's current stream is not ``before`` after ``what``, or None; puts
+    ``before`` back, so that the harness goes on where its caller stood."""
+    now = torch.cuda.current_stream()
+    if now == before:
+        return None
+    torch.cuda.set_stream(before)
+    default = torch.cuda.default_stream()
+    names = ["the default stream" if s == default else "a side stream" for s in (before, now)]
+    return (
+        f"{what} left the caller's current stream changed: {names[0]} before, "
+        f"{'another ' if names[0] == names[1] else ''}{names[1]} after"
+    )
+
+
+def takes_stream(target: Target) -> bool:
+    """Whether the target's capture takes the stream to capture on (``stream=``)."""
+    try:
+        return "stream" in inspect.signature(target.BreakableCUDAGraphCapture).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 class ProgramRun:
@@ -50,6 +83,9 @@ class ProgramRun:
         ops: Sequence[OpSpec] | None = None,
         reseed: bool = True,
         inputs: Sequence[torch.Tensor] | None = None,
+        static_inputs: Sequence[torch.Tensor] | None = None,
+        capture_stream: str = "runner",
+        replay_stream: str = "default",
     ) -> None:
         self.program = program
         self.table = op_table(ops)
@@ -64,32 +100,71 @@ class ProgramRun:
         self.callables = step_callables(
             program, self.table, lambda fn: decorate(wrap(fn)), self.log
         )
-        # ``inputs``: made by the caller beforehand (a thread check makes them before its threads
-        # start: on the H200 a copy to the device in one thread while another ended its
-        # capture crashed torch by SIGSEGV).
-        made = make_inputs(program, seed, device) if inputs is None else inputs
-        self.static_inputs = [x.clone() for x in made]
+        # ``inputs``: the values, made by the caller beforehand (a thread check makes them
+        # before its threads start: on the H200 a copy to the device in one thread while
+        # another ended its capture crashed torch by SIGSEGV).
+        values = make_inputs(program, seed, device) if inputs is None else inputs
+        if static_inputs is None:
+            self.static_inputs = [x.clone() for x in values]
+        else:  # views of an engine's static buffers: the values go into them
+            self.static_inputs = list(static_inputs)
+            for static, value in zip(self.static_inputs, values):
+                static.copy_(value)
         kwargs = dict(capture_kwargs or {})
         if pool is not None:
             kwargs["pool"] = pool
         self.capture: Any = None
         self.outputs: list[torch.Tensor] = []
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
+        # Why the caller's stream was left changed, found at capture; every replay reports it.
+        self.problem: str | None = None
+        caller = torch.cuda.current_stream()
+        runner = torch.cuda.Stream()
+        runner.wait_stream(caller)
+        given = torch.cuda.Stream() if capture_stream == "given" else None
+        around: Any = contextlib.nullcontext()
+        if given is not None and takes_stream(target):
+            kwargs["stream"] = given
+        elif given is not None:
+            around = torch.cuda.stream(given)
+        self.replay_stream = {
+            "default": torch.cuda.default_stream(),
+            "runner": runner,
+            "other": torch.cuda.Stream(),
+        }[replay_stream]
         try:
-            with torch.cuda.stream(side):
+            with torch.cuda.stream(runner):
                 self._seed(seed)
                 run_steps(program, self.table, self.callables, self.static_inputs)
                 self.log.take()
-                self.capture = target.BreakableCUDAGraphCapture(**kwargs)
-                self._seed(seed)
-                with collector_paused(), self.capture:
-                    self.outputs = run_steps(
-                        program, self.table, self.callables, self.static_inputs, hook
-                    )
+                if given is not None:
+                    given.wait_stream(runner)
+                with around:
+                    self.capture = target.BreakableCUDAGraphCapture(**kwargs)
+                    self._seed(seed)
+                    before = torch.cuda.current_stream()
+                    with collector_paused(), self.capture:
+                        self.outputs = run_steps(
+                            program, self.table, self.callables, self.static_inputs, hook
+                        )
+                    self.problem = stream_left(before, "the capture")
+                if given is not None:
+                    runner.wait_stream(given)
         finally:
-            torch.cuda.current_stream().wait_stream(side)
+            caller.wait_stream(runner)
         self.capture_log = self.log.take()
+
+    def replay(self) -> str | None:
+        """One replay on the replay stream, ordered after the caller's work and before what the
+        caller does next; why the caller's stream was left changed, or None."""
+        stream = self.replay_stream
+        caller = torch.cuda.current_stream()
+        stream.wait_stream(caller)
+        with torch.cuda.stream(stream):
+            before = torch.cuda.current_stream()
+            self.capture.replay()
+            problem = stream_left(before, "replay()")
+        caller.wait_stream(stream)
+        return problem
 
     def replay_problem(self, replay_seed: int) -> str | None:
         """Replays on the inputs of ``replay_seed``; why it differs from eager, or None."""
@@ -99,7 +174,9 @@ class ProgramRun:
             static.copy_(value)
         self.log.take()  # calls of an earlier replay that raised midway
         self._seed(replay_seed)
-        self.capture.replay()
+        left = self.problem or self.replay()
+        if left is not None:
+            return left
         torch.cuda.synchronize()
         calls = [step for step, _ in self.log.take()]
         breaks = [i for i, s in enumerate(self.program.steps) if s.brk]

@@ -18,7 +18,7 @@ from tests.reproducer_scripts import imports, run_each_main
 from verification.ops.spec import TensorMeta
 from verification.planted.property_targets import build
 from verification.programs import Program, Step
-from verification.properties import PROPERTIES, pool
+from verification.properties import PROPERTIES, engine, pool
 from verification.properties.base import property_finding
 from verification.properties.reproduce import render
 from verification.targets import Target, load_target
@@ -83,6 +83,13 @@ CASES = {
         "a nested capture (eager-step, before step 2)",
     ),
     "runner": ("runner_recaptures", PROGRAM, {}, "a repeated signature ran the function 2 times"),
+    # A fixed scenario, not a drawn program: its script copies the runner loop itself.
+    "engine": (
+        "alias_cached_per_address",
+        PROGRAM,
+        {"fixed": "verification.properties.engine:engine_problem", "args": (engine.CANONICAL,)},
+        "the target raised",
+    ),
 }
 
 

@@ -1,0 +1,94 @@
+"""Capture sets, streams and the engine scenario: the library replays every batch size of one
+pool in any order on any stream as eager does, and the checks find the planted bugs of each
+dimension: a replay running the newest capture's breaks (pool), the caller's stream left
+changed and eager steps replayed on the capture's stream (stream-order), and aliases cached
+per address across batch sizes (engine). A capture set is drawn, shrunk and printed in a
+reproducer that stands alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+from tests.harness.properties.test_program_reproducers import PROGRAM, _fails_on_the_planted_bug
+from tests.property_checks import check, failing
+from verification.planted import vllm_minimal
+from verification.properties.base import CheckConfig
+from verification.properties.capture_set import CaptureSet, capture_set_problem, capture_sets
+from verification.properties.engine import CANONICAL, engine_problem
+from verification.targets import load_target
+
+SET = CaptureSet(
+    sizes=(3, 1), replays=(1, 0), remake=(1,), capture_stream="given", replay_stream="other"
+)
+
+
+@given(capture_sets())
+@settings(max_examples=20, deadline=None)
+def test_a_drawn_capture_set_captures_largest_first_and_replays_only_captured_sizes(drawn):
+    assert list(drawn.sizes) == sorted(set(drawn.sizes), reverse=True)
+    assert all(0 <= i < len(drawn.sizes) for i in drawn.replays + drawn.remake)
+    assert not drawn.remake or len(drawn.sizes) > 1  # one capture always holds the pool
+
+
+def test_the_library_replays_a_capture_set_as_eager_on_every_stream(bcg_kind, bcg_device):
+    config = CheckConfig(load_target("breakable_cudagraph"), bcg_kind, bcg_device, 1)
+    for replay_stream in ("default", "runner", "other"):
+        for capture_stream in ("runner", "given"):
+            capture_set = CaptureSet((4, 2, 1), (2, 0, 1), (0,), capture_stream, replay_stream)
+            assert capture_set_problem(PROGRAM, capture_set, config) is None
+
+
+def test_the_engine_scenario_replays_as_eager_on_the_library(bcg_kind, bcg_device):
+    config = CheckConfig(load_target("breakable_cudagraph"), bcg_kind, bcg_device, 1)
+    assert engine_problem(CANONICAL, config) is None
+
+
+def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_kind, bcg_device):
+    # vLLM's contract: the logits processor writes into its buffer instead of returning.
+    config = CheckConfig(load_target(vllm_minimal), bcg_kind, bcg_device, 1)
+    assert not config.target.supports_tensor_returns
+    assert engine_problem(CANONICAL, config) is None
+
+
+@pytest.mark.parametrize(
+    ("variant", "prop", "words"),
+    [
+        ("replays_last_capture", "pool", "expected"),
+        ("capture_restores_default_stream", "stream-order", "left the caller's current stream"),
+        ("replay_eager_on_capture_stream", "stream-order", ("stream race", "stale")),
+        ("alias_cached_per_address", "engine", "the target raised"),
+    ],
+)
+def test_each_planted_bug_of_capture_sets_and_streams_is_found_by_its_check(
+    bcg_kind, tmp_path, variant, prop, words
+):
+    findings = failing(check(prop, variant, bcg_kind, tmp_path))
+    texts = (words,) if isinstance(words, str) else words
+    assert findings and any(t in f.message for f in findings for t in texts), findings
+
+
+def test_a_capture_set_finding_stands_alone_naming_its_set(bcg_kind, tmp_path: Path):
+    case = ("replays_last_capture", PROGRAM, {"capture_set": SET.as_data()}, "sharing a pool")
+    _fails_on_the_planted_bug("pool", case, bcg_kind, tmp_path)
+    (script,) = tmp_path.glob("*.py")
+    assert f"SCENARIO = {{'capture_set': {SET.as_data()!r}}}" in script.read_text()
+
+
+def test_the_caller_stream_is_checked_after_every_replay(bcg_kind, bcg_device):
+    from verification.planted.property_targets import build
+
+    base = build(None)
+
+    class LeavesAStream(base.BreakableCUDAGraphCapture):
+        def replay(self) -> None:
+            super().replay()
+            torch.cuda.set_stream(torch.cuda.Stream())
+
+    target = load_target(type(base)(**{**vars(base), "BreakableCUDAGraphCapture": LeavesAStream}))
+    config = CheckConfig(target, bcg_kind, bcg_device, 1)
+    problem = capture_set_problem(PROGRAM, CaptureSet(), config)
+    assert problem is not None and "replay() left the caller's current stream" in problem

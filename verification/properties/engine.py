@@ -1,0 +1,339 @@
+"""Engine scenario: the runner loop of a small transformer, as vLLM and SGLang drive a
+breakable graph, replays as eager does.
+
+One decorated attention break is called in every layer; it reads the sequence lengths the
+host prepares before each replay (a Python list, updated in place, in an attention-metadata
+object). A logits-processor break applies a logit bias the host sets per step and has nothing
+to do without one: under a contract that refreshes returned tensors it returns its input then
+and a new tensor otherwise (a new one at capture, so that replay copies into a tensor of its
+own); under ``out-buffer`` it writes into the buffer it is given. The runner captures every
+batch size of a drawn :class:`~verification.properties.capture_set.CaptureSet` into one pool,
+largest first, on a stream of its own, then replays them in the drawn order on the drawn
+stream, after copying new tokens into the static buffers, and drops and re-captures some;
+every replay must equal the eager forward on the same tokens and host values, and the
+caller's current stream must be unchanged after every capture and replay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from hypothesis import strategies as st
+
+from verification.execute import collector_paused
+from verification.findings import Finding
+from verification.properties.base import (
+    CheckConfig,
+    CheckResult,
+    Findings,
+    property_finding,
+    scenario_of,
+    timed,
+)
+from verification.properties.capture_set import CaptureSet, capture_sets
+from verification.properties.runs import stream_left, takes_stream
+from verification.search import symptom
+
+NAME = "engine"
+LAYERS = 2
+D_MODEL = 16
+HEADS = 2
+FFN = 32
+VOCAB = 32
+SEQ = 3
+MAX_BATCH = 4
+RTOL = ATOL = 1e-4
+# An example costs about ten fuzz examples: the hypothesis budget is divided by this.
+COST = 10
+# The scenario run first, whatever is drawn: every size, out of order, one re-capture,
+# replayed on a stream neither captured on, the bias switching on and off.
+CANONICAL: dict[str, Any] = {
+    "capture_set": {
+        "sizes": (3, 1),
+        "replays": (1, 0),
+        "remake": (1,),
+        "capture_stream": "runner",
+        "replay_stream": "other",
+    },
+    "biased": (False, True, False),
+}
+
+
+class AttentionMetadata:
+    """What the runner prepares on the host before each replay, as vLLM's attention metadata."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.lengths = lengths
+
+
+class LogitBias:
+    """A logits processor's host state: token -> bias, empty when there is nothing to do."""
+
+    def __init__(self) -> None:
+        self.bias: dict[int, float] = {}
+
+
+def causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, metadata: Any, out: torch.Tensor
+) -> None:
+    """Causal attention over each sequence's first ``metadata.lengths[i]`` tokens; the mask is
+    built from host values read at every call, so it cannot be captured."""
+    batch, seq = q.shape[0], q.shape[1]
+    lengths = torch.tensor(metadata.lengths[:batch]).view(batch, 1, 1)
+    position = torch.arange(seq)
+    # Query i sees keys j <= i of its own sequence; padding positions see nothing, output 0.
+    visible = (position.view(1, 1, seq) <= position.view(1, seq, 1)) & (
+        position.view(1, 1, seq) < lengths
+    )
+    valid = (position.view(1, seq) < lengths.view(batch, 1)).to(q.dtype)
+    scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1) * q.shape[-1] ** -0.5
+    scores = scores.masked_fill(~visible.unsqueeze(1).to(q.device), float("-inf"))
+    o = (scores.softmax(-1).nan_to_num(0.0) @ v.transpose(1, 2)).transpose(1, 2)
+    out.copy_(o * valid.to(q.device).view(batch, seq, 1, 1))
+
+
+def _bias_row(state: LogitBias, logits: torch.Tensor) -> torch.Tensor:
+    row = torch.zeros(logits.shape[-1], dtype=logits.dtype)
+    for token, value in state.bias.items():
+        row[token] = value
+    return row.to(logits.device)
+
+
+def bias_logits(logits: torch.Tensor, state: LogitBias) -> torch.Tensor:
+    """Returns ``logits`` itself when no bias is set, a new tensor otherwise."""
+    if not state.bias:
+        return logits
+    return logits + _bias_row(state, logits)
+
+
+def bias_logits_into(logits: torch.Tensor, state: LogitBias, out: torch.Tensor) -> None:
+    """The same, written into the caller's buffer (the ``out-buffer`` contract)."""
+    out.copy_(logits)
+    if state.bias:
+        out.add_(_bias_row(state, logits))
+
+
+def _rms_norm(h: torch.Tensor) -> torch.Tensor:
+    return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+@dataclass
+class TinyDecoder:
+    """Random weights; :meth:`forward` returns the last token's logits and next-token
+    probabilities after the logits processor."""
+
+    embed: torch.Tensor
+    layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+
+    @classmethod
+    def build(cls, device: str, seed: int) -> TinyDecoder:
+        g = torch.Generator().manual_seed(seed)
+
+        def w(*shape: int) -> torch.Tensor:
+            return (torch.randn(*shape, generator=g) * shape[0] ** -0.5).to(device)
+
+        layers = [
+            (w(D_MODEL, 3 * D_MODEL), w(D_MODEL, D_MODEL), w(D_MODEL, FFN), w(FFN, D_MODEL))
+            for _ in range(LAYERS)
+        ]
+        return cls(w(VOCAB, D_MODEL), layers)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        last: torch.Tensor,
+        metadata: AttentionMetadata,
+        state: LogitBias,
+        breaks: tuple[Any, Any, bool],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        attention, processor, returns = breaks
+        batch = tokens.shape[0]
+        h = self.embed[tokens]
+        for wqkv, wo, w_up, w_down in self.layers:
+            q, k, v = (_rms_norm(h) @ wqkv).view(batch, SEQ, 3, HEADS, -1).unbind(2)
+            out = torch.empty_like(q)
+            attention(q, k, v, metadata, out)
+            h = h + out.reshape(batch, SEQ, D_MODEL) @ wo
+            h = h + F.silu(_rms_norm(h) @ w_up) @ w_down
+        logits = h[torch.arange(batch, device=h.device), last] @ self.embed.T
+        if returns:
+            processed = processor(logits, state)
+        else:
+            processed = torch.empty_like(logits)
+            processor(logits, state, processed)
+        return logits, processed.softmax(-1)
+
+
+def _step_inputs(
+    seed: int, size: int, biased: bool
+) -> tuple[torch.Tensor, list[int], dict[int, float]]:
+    """One step's tokens, sequence lengths and logit bias."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, VOCAB, (size, SEQ), generator=g)
+    lengths = torch.randint(1, SEQ + 1, (size,), generator=g).tolist()
+    bias = {int(t): 2.0 for t in torch.randint(0, VOCAB, (2,), generator=g)} if biased else {}
+    return tokens, lengths, bias
+
+
+def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
+    """Why the runner loop of ``scenario`` (a capture set and, per replay, whether a logit
+    bias is set) differs from eager, or None."""
+    capture_set = CaptureSet(**scenario["capture_set"])
+    biased = tuple(scenario["biased"])
+    target, device = config.target, config.device
+    returns = bool(target.supports_tensor_returns)
+    model = TinyDecoder.build(device, config.seed)
+    wrap = target.eager_break_during_capture
+    breaks = (wrap(causal_attention), wrap(bias_logits if returns else bias_logits_into), returns)
+    metadata, state = AttentionMetadata([SEQ] * MAX_BATCH), LogitBias()
+    top = max(capture_set.sizes)
+    tokens = torch.zeros((top, SEQ), dtype=torch.long, device=device)
+    last = torch.full((top,), SEQ - 1, dtype=torch.long, device=device)
+    pool = torch.cuda.graph_pool_handle()
+    caller = torch.cuda.current_stream()
+    runner = torch.cuda.Stream()
+    replay_on = {
+        "default": torch.cuda.default_stream(),
+        "runner": runner,
+        "other": torch.cuda.Stream(),
+    }[capture_set.replay_stream]
+    captures: list[Any] = [None] * len(capture_set.sizes)
+    outputs: list[Any] = [None] * len(capture_set.sizes)
+
+    def capture(index: int) -> str | None:
+        size = capture_set.sizes[index]
+        kwargs: dict[str, Any] = {"pool": pool}
+        around: Any = contextlib.nullcontext()
+        given = torch.cuda.Stream() if capture_set.capture_stream == "given" else None
+        if given is not None and takes_stream(target):
+            kwargs["stream"] = given
+        elif given is not None:
+            around = torch.cuda.stream(given)
+        runner.wait_stream(caller)
+        state.bias.update({0: 1.0})  # a bias at capture: a new tensor the replays copy into
+        with torch.cuda.stream(runner):
+            model.forward(tokens[:size], last[:size], metadata, state, breaks)  # warm-up
+            if given is not None:
+                given.wait_stream(runner)
+            with around:
+                captures[index] = target.BreakableCUDAGraphCapture(**kwargs)
+                before = torch.cuda.current_stream()
+                with collector_paused(), captures[index]:
+                    outputs[index] = model.forward(
+                        tokens[:size], last[:size], metadata, state, breaks
+                    )
+                left = stream_left(before, f"the capture of batch size {size}")
+            if given is not None:
+                runner.wait_stream(given)
+        caller.wait_stream(runner)
+        state.bias.clear()
+        return left
+
+    def replay(index: int, number: int) -> str | None:
+        size = capture_set.sizes[index]
+        fresh, lengths, bias = _step_inputs(
+            config.seed * 1000 + number, size, biased[number % len(biased)]
+        )
+        metadata.lengths[:size] = lengths
+        state.bias.clear()
+        state.bias.update(bias)
+        fresh_last = torch.tensor(lengths, dtype=torch.long) - 1
+        expected = model.forward(fresh.to(device), fresh_last.to(device), metadata, state, breaks)
+        tokens[:size].copy_(fresh.to(device))
+        last[:size].copy_(fresh_last.to(device))
+        replay_on.wait_stream(caller)
+        with torch.cuda.stream(replay_on):
+            before = torch.cuda.current_stream()
+            captures[index].replay()
+            left = stream_left(before, f"replay() of batch size {size}")
+        caller.wait_stream(replay_on)
+        torch.cuda.synchronize()
+        if left is not None:
+            return left
+        for name, actual, want in zip(("logits", "probabilities"), outputs[index], expected):
+            if not torch.allclose(actual, want, rtol=RTOL, atol=ATOL, equal_nan=False):
+                worst = (actual - want).abs().nan_to_num(float("inf")).max().item()
+                return (
+                    f"replay {number} (batch size {size}, lengths {lengths}, "
+                    f"{'a' if bias else 'no'} logit bias): the {name} differ from eager "
+                    f"(largest difference {worst:.3g})"
+                )
+        return None
+
+    order = [(index, False) for index in capture_set.replays]
+    order += [(index, True) for index in capture_set.remake]
+    try:
+        for index in range(len(capture_set.sizes)):
+            problem = capture(index)
+            if problem is not None:
+                return problem
+        for number, (index, again) in enumerate(order):
+            if again:
+                reset = getattr(captures[index], "reset", None)
+                if callable(reset):
+                    reset()
+                captures[index] = outputs[index] = None
+                problem = capture(index)
+                if problem is not None:
+                    return problem
+            problem = replay(index, number)
+            if problem is not None:
+                again_text = ", dropped and captured again," if again else ""
+                return (
+                    f"the capture of batch size {capture_set.sizes[index]}{again_text}: {problem}"
+                )
+    except Exception as error:  # the target's raising is its finding, as the fuzzer counts it
+        return f"the target raised {error!r}"
+    finally:
+        for each in captures:
+            reset = getattr(each, "reset", None)
+            if callable(reset):
+                reset()
+    return None
+
+
+def scenarios() -> st.SearchStrategy[dict[str, Any]]:
+    """Engine scenarios as plain data: a capture set, and per replay whether a bias is set."""
+    return st.builds(
+        lambda capture_set, biased: {"capture_set": capture_set.as_data(), "biased": biased},
+        capture_sets(max_captures=3),
+        st.lists(st.booleans(), min_size=1, max_size=4).map(tuple),
+    )
+
+
+def example(program: Any, scenario: dict[str, Any], config: CheckConfig) -> str | None:
+    """Re-checks one finding's scenario (a reproducer calls this)."""
+    return engine_problem(dict(scenario["args"][0]) if "args" in scenario else CANONICAL, config)
+
+
+def _key(finding: Finding) -> tuple[str, str, str]:
+    """One symptom per cause: the same exception, or the same output differing, whatever
+    batch size, replay, lengths or message text it showed with (each would shrink again)."""
+    message = re.sub(r"raised (\w+)\(.*", r"raised \1", finding.message, flags=re.S)
+    message = re.sub(r"^the capture of batch size [^:]*: ", "", message)
+    message = re.sub(r"^replay .*: the (\w+) differ.*", r"the \1 differ from eager", message)
+    return finding.check, finding.kind, symptom(message)
+
+
+def check(config: CheckConfig) -> CheckResult:
+    def run() -> tuple[int, list[Finding]]:
+        found = Findings(NAME, config)
+        found.fixed(functools.partial(engine_problem, CANONICAL))
+
+        def body(scenario: dict[str, Any]) -> Finding | None:
+            problem = engine_problem(scenario, config)
+            if problem is None:
+                return None
+            fixed = scenario_of(functools.partial(engine_problem, scenario))
+            return property_finding(NAME, "target-bug", problem, None, config.seed, fixed)
+
+        found.search(scenarios(), body, max(1, config.examples // COST), key=_key)
+        return found.result()
+
+    return timed(NAME, run)
