@@ -88,7 +88,8 @@ CASES = {
         "alias_cached_per_address",
         PROGRAM,
         {"fixed": "verification.properties.engine:engine_problem", "args": (engine.CANONICAL,)},
-        "the target raised",
+        # A stale alias raises or reads another tensor's values, as the allocator reuses.
+        ("the target raised", "differ from eager"),
     ),
 }
 
