@@ -11,18 +11,16 @@ into :class:`Findings`, which runs fixed scenarios and the shared search driver
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import torch
 from hypothesis import strategies as st
 
+from verification.causes import describe, raised_by_harness
 from verification.findings import (
     HARNESS_ERROR,
     SKIPPED,
@@ -199,34 +197,11 @@ class Findings:
         return self.examples, self.found + notes
 
 
-_HARNESS = Path(__file__).resolve().parent.parent
-# Frames that only pass an error on: CUDA's stand-in and the libraries everyone calls.
-_PASSING_ON = (
-    _HARNESS / "sim",
-    Path(torch.__file__).resolve().parent,
-    Path(contextlib.__file__).resolve().parent,
-)
-
-
-def _raised_by_harness(error: BaseException) -> bool:
-    """Whether the innermost frame of ``error`` that is neither torch, the standard library
-    nor the simulator lies in the harness (anything else is the target's code or its
-    dependencies: a wrapped peer, a planted target, user ops)."""
-    innermost = None
-    tb = error.__traceback__
-    while tb is not None:
-        path = Path(tb.tb_frame.f_code.co_filename).resolve()
-        if not any(base in path.parents for base in _PASSING_ON):
-            innermost = path
-        tb = tb.tb_next
-    return innermost is not None and _HARNESS in innermost.parents
-
-
 def error_finding(prop: str, error: Exception) -> Finding:
     """An exception that escaped a check's code: a ``harness-error`` when the harness's own
     code raised it, else a ``target-bug``."""
-    kind = HARNESS_ERROR if _raised_by_harness(error) else TARGET_BUG
-    return property_finding(prop, kind, f"the check raised {error!r}")
+    kind = HARNESS_ERROR if raised_by_harness(error) else TARGET_BUG
+    return property_finding(prop, kind, f"the check raised {describe(error)}")
 
 
 def timed(prop: str, run: Callable[[], tuple[int, list[Finding]]]) -> CheckResult:

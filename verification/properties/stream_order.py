@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from verification.causes import describe
 from verification.execute import collector_paused
 from verification.findings import Finding
 from verification.programs import Program
@@ -120,7 +121,7 @@ def _judged(config: CheckConfig, problem_of: Any, *args: Any) -> str | None:
         except Exception as error:
             if race_error is not None and isinstance(error, race_error):
                 return f"stream race: {error}"
-            return f"the target raised {error!r}"
+            return f"the target raised {describe(error)}"
 
 
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.causes import describe
 from verification.contracts import ONE_CAPTURING_THREAD
 from verification.execute import collector_paused
 from verification.findings import CALLER_DUTY, Finding
@@ -114,7 +115,7 @@ def _bug(errors: list[Any], mode: str | None) -> str | None:
     unsafe calls (allocations, syncs) with a capture error, which is not one."""
     for label, error in errors:
         if not _global_mode_error(mode, error):
-            return f"{label}: {error!r}"
+            return f"{label}: {describe(error)}"
     return None
 
 
@@ -143,7 +144,7 @@ def _accept_failure(mode: str | None, box: dict[str, Any]) -> str | None:
     error = box["error"]
     if _global_mode_error(mode, error) and box["left"] is None:
         return None
-    return f"the capture in thread A raised {error!r}"
+    return f"the capture in thread A raised {describe(error)}"
 
 
 def _others_during_capture(
@@ -356,16 +357,14 @@ def foreign_add_eager_problem(config: CheckConfig) -> str | None:
         t.join(WAIT_S)
     if errors:
         label, error = errors[0]
-        return (
-            f"after thread B called add_eager on thread A's open capture, {label} raised {error!r}"
-        )
+        return f"after thread B called add_eager on thread A's open capture, {label} raised {describe(error)}"
     at_capture = len(ran)
     try:
         x.fill_(3.0)
         holder["capture"].replay()
         torch.cuda.synchronize()
     except Exception as error:  # what B's call left behind is the target's doing
-        return f"after thread B called add_eager on thread A's capture, A's replay raised {error!r}"
+        return f"after thread B called add_eager on thread A's capture, A's replay raised {describe(error)}"
     if len(ran) != at_capture:
         return "add_eager called from another thread was recorded into thread A's capture"
     if not torch.equal(holder["y"], x * 2 + 1):
