@@ -21,6 +21,7 @@ from pathlib import Path
 from verification.certify.property_check import (
     DEFAULT_CYCLES,
     forked_jobs,
+    go_on,
     names,
     run_forked,
     run_in_child,
@@ -40,6 +41,7 @@ from verification.contracts import CONTRACTS
 from verification.devices import resolve_device
 from verification.findings import exit_status, root_causes
 from verification.properties import PROPERTIES
+from verification.properties.base import Resume
 from verification.properties.reproduce import render, write
 from verification.targets import DEFAULT_TARGET, load_target
 from verification.targets.upstream import add_target_path
@@ -90,6 +92,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_quiet(check)
     check.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
+    # Where a child takes up a check that an earlier child stopped (JSON of Resume).
+    check.add_argument("--resume", help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -97,6 +101,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     target = load_target(args.target, args.contract)
     writable_dir(args.report, "--report")
     chosen = names(args.property)
+    resume = Resume.from_json(json.loads(args.resume)) if args.resume else None
     # Each check in a process of its own, on both devices, when more than one is run: none
     # sees another's leftovers. One at a time on a GPU, whose memory figures a neighbour moves.
     isolate = args.isolate if args.isolate is not None else kind == "cuda" or len(chosen) > 1
@@ -110,7 +115,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         with progress_bar(quiet=args.quiet) as (start, advance):
             for name in names(args.property):
                 start(name, args.examples)
-                results += run_properties(name, target, kind, args.examples, args.seed, args.cycles)
+                done = run_properties(
+                    name, target, kind, args.examples, args.seed, args.cycles, resume
+                )
+                if args.result_file is None:
+                    # A finding left the target unusable here: fresh processes go on.
+                    done = [go_on(result, argv) for result in done]
+                results += done
                 advance(results[-1].examples)
     findings = [f for r in results for f in r.findings]
     if args.result_file is not None:

@@ -570,9 +570,7 @@ def check(config: CheckConfig) -> CheckResult:
             return property_finding(NAME, "target-bug", problem, program, config.seed, scenario)
 
         for point in FIXED_POINTS:
-            if found.going:
-                found.examples += 1
-                found.add(body((WITNESS, point, 0, "synchronize")))
+            found.step(functools.partial(body, (WITNESS, point, 0, "synchronize")))
         # The collector scenario notes a target's reliance on its caller's duty (freezing
         # the collector) instead of failing it, under contracts that carry that duty.
         duties: list[str] = []
