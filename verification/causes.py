@@ -20,6 +20,7 @@ from pathlib import Path
 _HARNESS = Path(__file__).resolve().parent
 # Code under test that lives inside the harness: planted bugs and the peers' adapters.
 _UNDER_TEST_IN_HARNESS = (_HARNESS / "planted", _HARNESS / "targets")
+_LOADER = _HARNESS / "targets" / "__init__.py"  # the harness's own, beside the adapters
 _STDLIB = Path(contextlib.__file__).resolve().parent
 _INSTALLED = ("site-packages", "dist-packages")
 
@@ -40,7 +41,9 @@ def _passes_on(path: Path) -> bool:
 
 
 def _in_harness(path: Path) -> bool:
-    return _HARNESS in path.parents and not any(p in path.parents for p in _UNDER_TEST_IN_HARNESS)
+    if _HARNESS not in path.parents or path == _LOADER:
+        return _HARNESS in path.parents
+    return not any(p in path.parents for p in _UNDER_TEST_IN_HARNESS)
 
 
 @dataclass(frozen=True)

@@ -180,18 +180,14 @@ class RootCause:
     others: tuple[Finding, ...] = ()
 
     @property
-    def checks(self) -> list[str]:
+    def seen_through(self) -> list[str]:
         """Every check that reached it, the first one first, each once."""
         return list(dict.fromkeys(f.check for f in (self.finding, *self.others)))
 
-    @property
-    def seen_through(self) -> list[str]:
-        """The checks that reached it besides the first."""
-        return self.checks[1:]
-
     def also_line(self) -> str | None:
-        """``also seen through: pool, threads`` when more than one check reached it."""
-        others = self.seen_through
+        """``also seen through: pool, threads``: the checks besides the first that reached it,
+        when there are any."""
+        others = self.seen_through[1:]
         return f"also seen through: {', '.join(others)}" if others else None
 
 

@@ -279,8 +279,8 @@ def markdown(cert: dict[str, Any]) -> str:
     )
     for cause in causes:
         also = (
-            f"\n  - also seen through: {', '.join(cause['seen_through'])}"
-            if cause["seen_through"]
+            f"\n  - also seen through: {', '.join(cause['seen_through'][1:])}"
+            if len(cause["seen_through"]) > 1
             else ""
         )
         lines.append(

@@ -166,6 +166,23 @@ def _nested_break_recorded_twice(lib: ModuleType) -> None:
     lib.eager_break_during_capture = eager_break_during_capture
 
 
+def _nested_break_asserts(lib: ModuleType) -> None:
+    # A decorated call made inside an eager step trips an assertion instead of running inline:
+    # one bug that every check whose programs nest decorated ops reaches.
+    def eager_break_during_capture(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def eager_break(*args: Any, **kwargs: Any) -> Any:
+            capture = lib.thread_state.active_capture()
+            if capture is None:
+                return fn(*args, **kwargs)
+            assert not lib.thread_state.in_eager_step()
+            return capture.add_eager_call(fn, args, kwargs)
+
+        return eager_break
+
+    lib.eager_break_during_capture = eager_break_during_capture
+
+
 def _unordered_side_stream(lib: ModuleType) -> None:
     init = lib.segments.EagerStep.__init__
 
@@ -376,6 +393,11 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "a nested capture refused only by torch's capture_begin (a process abort on a GPU)",
         "nested",
         _nested_capture_begun,
+    ),
+    "nested_break_asserts": (
+        "a decorated call inside an eager step raises AssertionError instead of running inline",
+        "nested",
+        _nested_break_asserts,
     ),
     "nested_break_recorded_twice": (
         "a decorated call inside an eager step records a second break",

@@ -109,7 +109,7 @@ def _nested_capture_problem(
             "(H200, torch 2.11): refuse a nested capture before beginning a graph"
         )
     if isinstance(attempt.outcome, BaseException) and not _clear(attempt.outcome):
-        return f"{where} raised an unclear error: {attempt.outcome!r}"
+        return f"{where} raised an unclear error: {describe(attempt.outcome)}"
     if left is not None:
         return f"after {where}: {left}"
     for replay in range(REPLAYS):

@@ -301,9 +301,9 @@ def _captures_one_thread_at_a_time(
         thread.start()
         thread.join(WAIT_S)
         if errors:
-            return f"capturer {k}: {errors[0][1]!r}"
+            return f"capturer {k}: {describe(errors[0][1])}"
         if "error" in box:
-            return f"capturer {k}, capturing alone: the capture raised {box['error']!r}"
+            return f"capturer {k}, capturing alone: the capture raised {describe(box['error'])}"
         if box.get("left") is not None:
             return f"capturer {k}: {box['left']}"
     torch.cuda.synchronize()
