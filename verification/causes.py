@@ -84,7 +84,9 @@ def target_frame(error: BaseException) -> Frame | None:
     none (the checker's own code raised it, or torch's alone)."""
     found = None
     for path, line, function in _frames(error):
-        if not _passes_on(path) and not _in_harness(path):
+        # "<break op ...>": an op's source the harness compiled, the program's, not the target's.
+        generated = path.name.startswith("<") and path.name != "<stdin>"
+        if not _passes_on(path) and not _in_harness(path) and not generated:
             found = Frame(_shown(path), line, function)
     return found
 
