@@ -213,7 +213,16 @@ def _others_during_capture(
     threads = [_thread(lambda k=k: other(k), errors, f"thread {k + 1}") for k in range(others)]
     for t in threads:
         t.start()
-    capturer = _thread(lambda: _capture_in_thread(program, config, mode, pause, box), errors, "A")
+
+    def capture() -> None:
+        try:
+            _capture_in_thread(program, config, mode, pause, box)
+        finally:
+            # A capture that failed before the drawn step lets the others go on at once, not
+            # after WAIT_S each: its error is the finding, not their wait.
+            inside.set()
+
+    capturer = _thread(capture, errors, "A")
     capturer.start()
     for t in threads:
         t.join(WAIT_S)

@@ -31,7 +31,7 @@ def engine(name):
             return context
 
         return capture_with, (lambda c: c.replay()), sgl.eager_on_graph
-    if name == "piecewise":
+    if name == "piecewise_cuda_graphs":
         import piecewise_cuda_graphs as pcg
 
         class PiecewiseCapture:
