@@ -157,10 +157,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     checked = [r for r in results if r.not_applicable is None and r.skipped is None]
     skipped = [r.prop for r in results if r.skipped is not None]
     print(
-        f"check: {len(checked) - len(failed)} of {len(checked)} properties hold, device={kind}, "
-        f"target={target.name}"
+        f"check: {len(checked) - len(failed)} of {len(checked)} properties hold"
+        + (f" ({len(causes)} root cause{'' if len(causes) == 1 else 's'})" if causes else "")
+        + f", device={kind}, target={target.name}"
         + (f"; failed: {', '.join(failed)}" if failed else "")
-        + (f"; {len(causes)} root cause{'' if len(causes) == 1 else 's'}" if causes else "")
         + (
             f"; not applicable: {len(results) - len(checked) - len(skipped)}"
             if len(checked) + len(skipped) < len(results)
