@@ -1,5 +1,6 @@
-"""CI: certifies the real vLLM 0.33.0 and SGLang 0.5.23 modules on the simulator and checks the
-certificates against the triage in results/upstream/README.md.
+"""CI: certifies the real vLLM 0.33.0 and SGLang 0.5.23 modules and Meta's piecewise-cuda-graphs
+0.1.0 on the simulator and checks the certificates against the triage in
+results/upstream/README.md.
 
 Upstream has bugs, so ``certify`` exits 1 on both; that is expected and does not fail CI. CI
 fails when a certificate is missing, names another version, passes (a known bug no longer
@@ -15,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23"}
+VERSIONS = {"vllm": "0.33.0", "sglang": "0.5.23", "piecewise_cuda_graphs": "0.1.0"}
 # (check, kind, a fragment of the message) of every finding the README judges, per target.
 KNOWN: dict[str, list[tuple[str, str, str]]] = {
     "vllm": [
@@ -29,6 +30,8 @@ KNOWN: dict[str, list[tuple[str, str, str]]] = {
         # V3: a failing first capture_begin leaves the capture open; the rest of faults skips.
         ("properties", "target-bug", "after a fault at capture-begin #0"),
         ("properties", "skipped", "target unusable"),
+        # The standard profile's pool check: a note, never a failure (README, vLLM table).
+        ("properties", "memory-held", "keeps alive"),
     ],
     "sglang": [
         ("properties", "target-bug", "a conjugate view without its bit"),
@@ -39,12 +42,26 @@ KNOWN: dict[str, list[tuple[str, str, str]]] = {
         ("properties", "target-bug", "raised AssertionError()"),  # a failed capture_begin left open
         ("properties", "torch-limit", ""),
         ("properties", "target-bug", "after a fault at capture-begin #0"),  # S4
+        ("properties", "target-bug", "after a fault at pool-handle #0"),  # S4, the same __enter__
         ("properties", "skipped", "target unusable"),
         ("properties", "target-bug", "as tuple, not as Pair"),  # S2, by the container scenario
         ("properties", "caller-duty", "one thread at a time"),
         # S5: a nested capture is refused only by torch, which leaves SGLang's context broken.
         ("properties", "target-bug", "was refused only by torch's capture_begin"),
         ("properties", "target-bug", "the outer capture failed after a nested capture"),
+        ("properties", "target-bug", "was let through"),  # S5, opened from an eager step or op
+        ("properties", "known-unsafe", "the documented hazard"),
+    ],
+    "piecewise_cuda_graphs": [
+        ("properties", "target-bug", "a conjugate view without its bit"),  # P1
+        # P2: a decorated op calling a decorated op, reached by the fuzzer and most checks.
+        ("fuzz", "target-bug", "AssertionError() [at piecewise_cuda_graphs.py:344"),
+        ("properties", "target-bug", "AssertionError() [at piecewise_cuda_graphs.py:344"),
+        ("properties", "target-bug", "caught it inside the `with` block"),  # P3
+        ("properties", "target-bug", "freed by the cyclic collector"),  # P4
+        # P5: concurrent captures, each segment's torch.cuda.graph refused mid-capture.
+        ("properties", "target-bug", "[at piecewise_cuda_graphs.py:339, in _begin_segment]"),
+        ("properties", "torch-limit", ""),
         ("properties", "known-unsafe", "the documented hazard"),
     ],
 }

@@ -1,10 +1,11 @@
 """Command line: ``python -m verification fuzz|check|fuzz-op|certify|mutate|bisect ...``: the parser
 and the dispatch; each command lives in :mod:`verification.commands`.
 
-Exit status 0 means nothing was found, 1 that a property was violated (a reproducer is
+Exit status 0 means nothing was found, 1 a bug of the target or of an op (a reproducer is
 printed), 2 a usage error, printed as one ``error: ...`` line on stderr
-(:mod:`verification.errors`), and 130 an interrupt (one line; whatever output directory the
-command created is removed).
+(:mod:`verification.errors`), 3 that the harness itself failed (a ``harness-error`` finding,
+or an exception of its own, printed with its traceback), and 130 an interrupt (one line;
+whatever output directory the command created is removed).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -19,6 +21,8 @@ from verification.commands import bisect, certify, check, fuzz, fuzz_op, mutate
 from verification.commands.options import forget_new_outputs, remove_new_outputs
 from verification.devices import hide_gpu
 from verification.errors import (
+    EXIT_HARNESS,
+    EXIT_HELP,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     UsageError,
@@ -38,12 +42,11 @@ COMMANDS: dict[str, tuple[Callable, Callable[[argparse.Namespace, Sequence[str]]
 }
 
 
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Check a breakable CUDA graph library against PyTorch's eager execution; each command's
 --help says more.
 
-exit status: 0 nothing found, 1 a property was violated (a reproducer is printed),
-2 bad input (one "error:" line on stderr), 130 interrupted (Ctrl-C).
+{EXIT_HELP}
 """
 # The hidden options that mark a process run by an isolated parent (fuzz, fuzz-op, check).
 _CHILD_FLAGS = {"--program-file", "--result-file"}
@@ -82,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for add_parser, _ in COMMANDS.values():
         add_parser(commands)
+    for command in commands.choices.values():
+        command.epilog = EXIT_HELP
     return parser
 
 
@@ -111,3 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         remove_new_outputs()
         print("interrupted: nothing written", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception:
+        # The harness broke, not the target: its traceback, and the status that says so.
+        traceback.print_exc()
+        print("error: the harness itself failed (traceback above)", file=sys.stderr)
+        return EXIT_HARNESS

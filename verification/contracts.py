@@ -3,7 +3,9 @@
 ``out-buffer`` is vLLM's: a break writes into tensors its caller provides and returns None
 (or one of its arguments, unchanged); a fresh tensor it returns is not refreshed at replay.
 ``returns`` is this library's: returned tensors are refreshed at replay. ``sglang`` refreshes
-returns too. A contract also states what the engine's caller guarantees (:data:`DUTIES`): vLLM's
+returns too. ``no-device-returns`` is stricter than ``out-buffer``: a break returns no device
+tensor at all (None, or host values), and a target that raises on one is right
+(``breakable-cuda-graphs``, Meta's ``piecewise-cuda-graphs``). A contract also states what the engine's caller guarantees (:data:`DUTIES`): vLLM's
 and SGLang's runners freeze the collector around captures and capture from one thread at a time,
 so the harness does the same for targets judged by them, and a target's reliance on a duty is a
 note, not a bug. A target that declares :data:`GUARDS_ITSELF` is tested without them. A target
@@ -35,6 +37,8 @@ GUARDS_ITSELF = "GUARDS_ITSELF"
 @dataclass(frozen=True)
 class Contract:
     """``refreshes_returns``: a tensor a break returns holds the new result after each replay.
+    ``device_returns``: a break may return a device tensor at all (one of its arguments, at
+    least); where not, programs drawn under the contract never make a break return one.
     ``caller_duties`` (of :data:`DUTIES`) are what ``caller`` (the engine's runner) does."""
 
     name: str
@@ -42,6 +46,7 @@ class Contract:
     summary: str
     caller_duties: tuple[str, ...] = ()
     caller: str = ""
+    device_returns: bool = True
 
     def reliance_note(self, duty: str) -> str:
         return f"relies on its caller to {DUTIES[duty]}; {self.caller} does"
@@ -63,6 +68,14 @@ CONTRACTS: dict[str, Contract] = {
             "returns",
             refreshes_returns=True,
             summary="a tensor a break returns is refreshed at every replay (breakable_cudagraph)",
+        ),
+        Contract(
+            "no-device-returns",
+            refreshes_returns=False,
+            summary="a break writes into caller-provided tensors and returns no device tensor, "
+            "not even an argument; a target may raise on one (breakable-cuda-graphs, "
+            "piecewise-cuda-graphs)",
+            device_returns=False,
         ),
         Contract(
             "sglang",

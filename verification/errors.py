@@ -21,6 +21,12 @@ from typing import Any
 # the harness itself failed (so that CI can tell "your code is broken" from "the harness
 # broke"), and interrupted by Ctrl-C (the shell's 128 + SIGINT).
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_HARNESS, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+# What every command's --help says of them.
+EXIT_HELP = """\
+exit status: 0 nothing found; 1 a bug of the target or of an op (a reproducer is printed);
+2 bad input (one "error:" line on stderr); 3 the harness itself failed (a harness-error
+finding, or an error in the harness's own code: what was found cannot be trusted);
+130 interrupted (Ctrl-C)."""
 
 
 class UsageError(Exception):

@@ -3,15 +3,21 @@ the op the program ran, or the harness itself.
 
 Every :class:`Finding` carries one of the kinds of :data:`FINDING_KINDS`. Only kinds with
 ``fails_certificate`` fail a target's certificate; others are reported and explained.
-A new kind is one entry of :data:`FINDING_KINDS`.
+A new kind is one entry of :data:`FINDING_KINDS`. A finding also carries the signature of its
+cause (:attr:`Finding.cause`), and :func:`root_causes` merges the findings of one cause, by
+whichever checks they came, into one :class:`RootCause`: a bug is counted and listed once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from verification.causes import raised_in
+from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK
 from verification.programs import Program
+from verification.search import symptom
 
 
 @dataclass(frozen=True)
@@ -135,9 +141,70 @@ class Finding:
     def fails(self) -> bool:
         return fails_certificate(self.kind)
 
+    @property
+    def where(self) -> str | None:
+        """``path:line, in function`` of the code under test that raised, when an exception
+        did (as :func:`verification.causes.describe` names it in the message)."""
+        raised = raised_in(self.message)
+        return None if raised is None else str(raised.frame)
+
+    @property
+    def cause(self) -> tuple[str, ...]:
+        """The signature of the cause: findings with equal signatures are one bug.
+
+        An exception is its type and the frame of the code under test that raised it, whatever
+        check reached it and whatever it was doing then; a program's violation is the violation
+        and the shrunk program's shape; anything else is its check and its symptom."""
+        raised = raised_in(self.message)
+        if raised is not None:
+            frame = raised.frame
+            return (self.kind, "raised", raised.exception, frame.path, str(frame.line))
+        if self.program is not None and self.violation is not None:
+            shape = " ".join(f"{s.op}{'!' if s.brk else ''}" for s in self.program.steps)
+            return (self.kind, self.violation, shape)
+        return (self.kind, self.check, symptom(self.message))
+
     def summary(self) -> str:
         if self.violation is None:
             first = self.message.splitlines()[0] if self.message else ""
             return f"{self.check}: {self.kind}: {first}"
         where = "" if self.replay_index is None else f" (replay {self.replay_index})"
         return f"[{self.kind}] {self.violation}{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class RootCause:
+    """One bug: the first finding of its cause and every other finding of the same cause."""
+
+    finding: Finding
+    others: tuple[Finding, ...] = ()
+
+    @property
+    def seen_through(self) -> list[str]:
+        """Every check that reached it, the first one first, each once."""
+        return list(dict.fromkeys(f.check for f in (self.finding, *self.others)))
+
+    def also_line(self) -> str | None:
+        """``also seen through: pool, threads``: the checks besides the first that reached it,
+        when there are any."""
+        others = self.seen_through[1:]
+        return f"also seen through: {', '.join(others)}" if others else None
+
+
+def root_causes(findings: Iterable[Finding]) -> list[RootCause]:
+    """The findings grouped by cause (:attr:`Finding.cause`), in the order first found."""
+    groups: dict[tuple[str, ...], list[Finding]] = {}
+    for finding in findings:
+        groups.setdefault(finding.cause, []).append(finding)
+    return [RootCause(group[0], tuple(group[1:])) for group in groups.values()]
+
+
+def exit_status(findings: Iterable[Finding]) -> int:
+    """A command's exit status for what it found: :data:`~verification.errors.EXIT_HARNESS`
+    when the harness itself failed (what it found cannot be trusted then, whatever else it
+    found), else :data:`~verification.errors.EXIT_FOUND` for a bug of the target or an op,
+    else :data:`~verification.errors.EXIT_OK`."""
+    kinds = {f.kind for f in findings}
+    if HARNESS_ERROR in kinds:
+        return EXIT_HARNESS
+    return EXIT_FOUND if any(fails_certificate(k) for k in kinds) else EXIT_OK

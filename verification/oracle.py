@@ -17,6 +17,7 @@ from typing import Literal
 
 import torch
 
+from verification.causes import describe
 from verification.execute import BreakEntry, CapturedProgram, run_eager
 from verification.findings import OP_CONTRACT, TARGET_BUG, Finding
 from verification.ops.spec import OpSpec
@@ -160,11 +161,6 @@ def _blame(finding: Finding, target: Target, table: Mapping[str, OpSpec]) -> Fin
     return dataclasses.replace(finding, message=message, kind=OP_CONTRACT)
 
 
-def _describe(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0] if lines else ''}"
-
-
 def check_program(
     program: Program,
     target: Target,
@@ -211,7 +207,7 @@ def _check(
     try:
         captured = CapturedProgram(program, table, target, inputs, seed, kind)
     except Exception as error:
-        return finding("exception", f"capture raised {_describe(error)}")
+        return finding("exception", f"capture raised {describe(error)}")
     capture_steps = [step for step, _ in captured.capture_log]
     if capture_steps != break_steps:
         return finding(
@@ -227,7 +223,7 @@ def _check(
         try:
             log = captured.replay(fresh, replay_seed)
         except Exception as error:
-            return finding("exception", f"replay raised {_describe(error)}", replay)
+            return finding("exception", f"replay raised {describe(error)}", replay)
         broken = check_breaks(log, captured.capture_log, break_steps)
         if broken is not None:
             return finding(broken[0], broken[1], replay, broken[2])  # type: ignore[arg-type]

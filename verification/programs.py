@@ -25,6 +25,8 @@ from verification.ops.kernels import has_kernel
 from verification.ops.out_buffer import (
     ALLOC,
     has_out_buffer_forms,
+    nests_a_returning_break,
+    nests_a_writing_break,
     out_buffer_forms,
     with_out_buffer_forms,
 )
@@ -137,20 +139,28 @@ def _compiled_expr(expr: str) -> Any:
     return compile(expr, "<input>", "eval")
 
 
-def break_step_allowed(spec: OpSpec, allow_tensor_returns: bool) -> bool:
+def break_step_allowed(
+    spec: OpSpec, allow_tensor_returns: bool, device_returns: bool = True
+) -> bool:
     """Whether a step of ``spec`` may run inside a break under a contract that refreshes
-    returned tensors (``allow_tensor_returns``) or not (``out-buffer``).
+    returned tensors (``allow_tensor_returns``) or not (``out-buffer``), and that lets a
+    break return a device tensor at all (``device_returns``) or not (``no-device-returns``).
 
     Under ``returns`` a break may return a fresh tensor, but not a view or in-place result.
     Under ``out-buffer`` it returns nothing or one of its arguments: ops with a fresh result
     run as breaks only through their out-buffer forms (:mod:`verification.ops.out_buffer`).
+    Under ``no-device-returns`` it returns nothing: out-buffer forms that nest no returning
+    break, and ops without a result.
     """
     if spec is ALLOC:
         return False
     if spec.out_buffers:
-        return not allow_tensor_returns
+        nested = nests_a_writing_break(spec) if device_returns else nests_a_returning_break(spec)
+        return not allow_tensor_returns and not nested
     if not produces_value(spec):
         return True
+    if not device_returns:
+        return False
     if spec.kind == "break":
         # A break op that writes an argument in place returns that argument: both contracts.
         return allow_tensor_returns or spec.aliasing in ("inplace", "out")
@@ -318,6 +328,7 @@ def programs(
     if allow_tensor_returns is not None:
         contract = "returns" if allow_tensor_returns else "out-buffer"
     allow_tensor_returns = get_contract(contract).refreshes_returns
+    device_returns = get_contract(contract).device_returns
     catalog = tuple(default_ops() if ops is None else ops)
 
     def convertible(spec: OpSpec) -> bool:
@@ -329,7 +340,11 @@ def programs(
         for s in catalog
         if s is not ALLOC
         and not s.out_buffers
-        and (s.kind != "break" or break_step_allowed(s, allow_tensor_returns) or convertible(s))
+        and (
+            s.kind != "break"
+            or break_step_allowed(s, allow_tensor_returns, device_returns)
+            or convertible(s)
+        )
     ]
     inputs = draw(
         _inputs_of(tuple(default_input_dtypes() if input_dtypes is None else input_dtypes))
@@ -367,14 +382,27 @@ def programs(
         if out is None or not has_kernel(spec, metas, params):
             reject()
         brk = spec.kind == "break"
-        convert = brk and not break_step_allowed(spec, allow_tensor_returns)
-        if not brk and breaks < max_breaks and break_step_allowed(spec, allow_tensor_returns):
+        convert = brk and not break_step_allowed(spec, allow_tensor_returns, device_returns)
+        if (
+            not brk
+            and breaks < max_breaks
+            and break_step_allowed(spec, allow_tensor_returns, device_returns)
+        ):
             brk = draw(_integers(0, 3)) == 0
         elif not brk and breaks < max_breaks and convertible(spec):
             convert = brk = draw(_integers(0, 3)) == 0
         buffers: list[int] = []
         if convert:
-            spec = draw(_sampled_from(tuple(out_buffer_forms(spec))))
+            forms = out_buffer_forms(spec)
+            spec = draw(
+                _sampled_from(
+                    tuple(
+                        f
+                        for f in forms
+                        if break_step_allowed(f, allow_tensor_returns, device_returns)
+                    )
+                )
+            )
             assert spec.buffer_metas is not None and args
             for meta in spec.buffer_metas(metas, params):
                 if draw(_booleans):

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from verification.causes import describe
 from verification.execute import collector_paused
 
 
@@ -45,5 +46,5 @@ def unusable(target: Any, device: str) -> str | None:
         if callable(reset):
             reset()
     except Exception as error:
-        return f"a fresh capture with one break raises {error!r}"
+        return f"a fresh capture with one break raises {describe(error)}"
     return None

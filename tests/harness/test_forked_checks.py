@@ -18,7 +18,7 @@ from verification.properties.base import CheckResult
 torch.set_num_threads(2)
 torch.randn(512, 512) @ torch.randn(512, 512)  # the parent's pool of CPU threads exists now
 
-def parallel_op_in_the_child(name, target, kind, examples, seed, cycles, **budget):
+def parallel_op_in_the_child(name, target, kind, examples, seed, cycles, resume=None, **budget):
     torch.randn(512, 512) @ torch.randn(512, 512)
     return [CheckResult(name, 1, 0.0, [])]
 

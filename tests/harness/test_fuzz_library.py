@@ -31,7 +31,7 @@ def test_fuzzer_finds_nothing_in_the_target(bcg_target, bcg_kind, bcg_fuzz_chunk
 def test_fuzzer_finds_the_nested_op_crash_of_breakable_cuda_graphs(bcg_kind):
     pytest.importorskip("breakable_cuda_graphs")
     target = "verification.targets.breakable_cuda_graphs"
-    assert load_target(target).contract.name == "out-buffer"
+    assert load_target(target).contract.name == "no-device-returns"
     result = run_campaign(CampaignConfig(target=target, device=bcg_kind))
     assert result.findings, f"nested-op crash unnoticed in {result.examples} examples"
     finding = result.findings[0]

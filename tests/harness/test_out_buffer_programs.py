@@ -4,11 +4,12 @@ capture, and no program reads a fresh tensor a break returned."""
 
 from __future__ import annotations
 
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.program_metas import value_metas
-from verification.execute import run_eager
+from verification.execute import BreakLog, run_eager, run_steps, step_callables
 from verification.ops import ALL_OPS, BREAK_OPS
 from verification.ops.out_buffer import ALLOC, FORMS, has_out_buffer_forms, out_buffer_forms
 from verification.programs import (
@@ -67,7 +68,8 @@ def test_out_buffer_programs_use_every_form_and_both_buffer_placements():
     samples = _sample(300, contract="out-buffer", max_breaks=3)
     table = op_table()
     forms = {s.op.rpartition(".out_")[2] for p in samples for s in p.steps if ".out_" in s.op}
-    assert forms == {f.name for f in FORMS}
+    # The nesting that writes and returns nothing is drawn only under no-device-returns.
+    assert forms == {f.name for f in FORMS if not f.nested_write}
     assert any(s.op == ALLOC.name for p in samples for s in p.steps), "no captured buffer"
     static = [
         p
@@ -85,3 +87,33 @@ def test_out_buffer_programs_run_eagerly_with_predicted_metas(bcg_device, progra
     metas = value_metas(program)
     for value, out in zip(program.outputs, outputs):
         assert (tuple(out.shape), out.dtype) == (metas[value].shape, metas[value].dtype)
+
+
+def test_no_break_returns_a_device_tensor_under_no_device_returns():
+    """Every decorated call of every drawn program, nested ones included, returns no tensor;
+    the nesting that writes and returns nothing is drawn."""
+    table = op_table()
+    returned: list[str] = []
+
+    def decorate(fn):
+        def checked(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            leaves = torch.utils._pytree.tree_flatten(result)[0]
+            if any(isinstance(leaf, torch.Tensor) for leaf in leaves):
+                returned.append(getattr(fn, "__name__", repr(fn)))
+            return result
+
+        return checked
+
+    samples = _sample(150, contract="no-device-returns", max_breaks=3)
+    for program in samples:
+        callables = step_callables(program, table, decorate, BreakLog())
+        run_steps(program, table, callables, make_inputs(program, 0, "cpu"))
+    assert not returned, f"breaks returned tensors: {sorted(set(returned))}"
+    drawn = {s.op.rpartition(".out_")[2] for p in samples for s in p.steps if s.brk}
+    assert "nested_write" in drawn and "nested" not in drawn
+    # A check that cannot fail is no check: out-buffer programs do return tensors from breaks.
+    for program in _sample(150, contract="out-buffer", max_breaks=3):
+        callables = step_callables(program, table, decorate, BreakLog())
+        run_steps(program, table, callables, make_inputs(program, 0, "cpu"))
+    assert returned

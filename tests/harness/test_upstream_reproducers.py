@@ -1,6 +1,7 @@
 """Each draft upstream bug report's reproducer (results/upstream/reproducers/) fails on the
 engine it reports and passes on this library, on the suite's device; skipped where the engine
-is not installed (``pip install --no-deps vllm==0.33.0 sglang==0.5.23``)."""
+is not installed (``pip install --no-deps vllm==0.33.0 sglang==0.5.23
+piecewise-cuda-graphs==0.1.0``)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 REPRODUCERS = ROOT / "results" / "upstream" / "reproducers"
 # Which engines each reproducer shows a bug in (results/upstream/README.md).
 FAILS_ON = {
-    "conjugate_view_loses_its_bit.py": ("vllm", "sglang"),
-    "caught_break_replays_stale.py": ("vllm",),
+    "conjugate_view_loses_its_bit.py": ("vllm", "sglang", "piecewise_cuda_graphs"),
+    "caught_break_replays_stale.py": ("vllm", "piecewise_cuda_graphs"),
     "returned_argument_not_owned.py": ("vllm",),
     "failed_capture_begin_leaves_capture_open.py": ("vllm", "sglang"),
-    "nested_break_crashes_capture.py": ("sglang",),
+    "nested_break_crashes_capture.py": ("sglang", "piecewise_cuda_graphs"),
     "namedtuple_argument_becomes_tuple.py": ("sglang",),
     "nested_capture_breaks_outer_capture.py": ("sglang",),
+    "segment_collect_frees_earlier_graph.py": ("piecewise_cuda_graphs",),
 }
 LIBRARY = "breakable_cudagraph"
 # On the simulator the engine's module is the target's (its file, with stand-ins), registered

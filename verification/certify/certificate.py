@@ -23,7 +23,14 @@ import torch
 
 from verification.certify.run import CertifyRun, CheckResult
 from verification.contracts import DECLARATION, LEGACY_DECLARATION
-from verification.findings import FINDING_KINDS, Finding, about_target, fails_certificate
+from verification.findings import (
+    FINDING_KINDS,
+    Finding,
+    RootCause,
+    about_target,
+    fails_certificate,
+    root_causes,
+)
 from verification.properties import PROPERTIES
 from verification.provenance import provenance
 from verification.targets import Target
@@ -64,6 +71,15 @@ def _finding(finding: Finding) -> dict[str, Any]:
         "explanation": FINDING_KINDS[finding.kind].meaning,
         "steps": len(finding.program.steps) if finding.program is not None else 0,
         "seed": finding.seed or 0,
+        "where": finding.where,
+    }
+
+
+def _root_cause(cause: RootCause) -> dict[str, Any]:
+    return {
+        "check": cause.finding.check,
+        **_finding(cause.finding),
+        "seen_through": cause.seen_through,
     }
 
 
@@ -131,6 +147,8 @@ def certificate(
     sensitivity = sections.get("sensitivity")
     findings = [f for r in results for f in r.findings]
     passed = not any(fails_certificate(f.kind) for f in findings)
+    # Each bug once, however many checks reached it.
+    causes = root_causes(f for f in findings if f.fails)
     overrides = dict(overrides or {})
     return {
         "verdict": "pass" if passed else "fail",
@@ -164,6 +182,7 @@ def certificate(
             "replays": config.replays,
         },
         "checks": [_check_row(r) for r in results],
+        "root_causes": [_root_cause(c) for c in causes],
         "coverage": _merge_coverage(results),
         "sensitivity": sensitivity,
         "sensitivity_skipped": None
@@ -261,15 +280,38 @@ def markdown(cert: dict[str, Any]) -> str:
         lines.append(f"| {name} | {_budget(row)} | {row['seconds']} | {verdict_cell} |")
     if sensitivity is not None:
         lines.append(_sensitivity_row(sensitivity))
+    causes = cert.get("root_causes", [])
+    lines += ["", "## Findings", ""]
+    count = len(causes)
+    lines.append(
+        f"{count} root cause{'' if count == 1 else 's'}: each bug once, with every check "
+        "that reached it"
+        if count
+        else "none"
+    )
+    for cause in causes:
+        also = (
+            f"\n  - also seen through: {', '.join(cause['seen_through'][1:])}"
+            if len(cause["seen_through"]) > 1
+            else ""
+        )
+        lines.append(
+            f"- {cause['check']}: **{cause['kind']}** {cause['violation']}: {cause['message']}"
+            f"{also}\n  - {cause['explanation']}"
+        )
     everything = [(c["name"], f) for c in cert["checks"] for f in c["findings"]]
-    for heading, about in (("Findings", True), ("Checker notes (true of every target)", False)):
+    notes = [(name, f) for name, f in everything if not fails_certificate(f["kind"])]
+    for heading, about in (
+        ("Notes on the target", True),
+        ("Checker notes (true of every target)", False),
+    ):
         listed = [
             f"- {name}: **{f['kind']}** {f['violation']}: {f['message']}\n  - {f['explanation']}"
-            for name, f in everything
+            for name, f in notes
             if about_target(f["kind"]) is about
         ]
-        if about or listed:
-            lines += ["", f"## {heading}", ""] + (listed or ["none"])
+        if listed:
+            lines += ["", f"## {heading}", "", *listed]
     lines += ["", "## Coverage", ""]
     lines += [f"- {key}: {_counts_line(counts)}" for key, counts in cert["coverage"].items()]
     lines += ["", "## Sensitivity", ""]

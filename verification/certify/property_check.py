@@ -4,9 +4,11 @@ property: what ``check`` runs and certify's ``properties`` check.
 Each check runs in a process of its own: a new interpreter on a GPU (:func:`run_in_child`), a
 fork of this one on the simulator (:func:`run_forked`), so that no check sees another's
 leftovers. A child killed by a signal becomes a ``target-bug`` finding naming the signal;
-results cross the process boundary as JSON (:func:`to_json`, :func:`from_json`). In one
-process (:func:`run_properties`) the checks after one that left the target unusable are
-skipped.
+results cross the process boundary as JSON (:func:`to_json`, :func:`from_json`). A check
+whose finding left the target unusable in its child goes on in a fresh child from where it
+stopped (:class:`~verification.properties.base.Resume`), so that no bug hides the ones after
+it; :func:`merge` joins the parts into one result. In one process (:func:`run_properties`)
+the checks after one that left the target unusable are skipped.
 """
 
 from __future__ import annotations
@@ -25,12 +27,18 @@ import torch
 
 from verification.certify.run import CertifyRun, CheckResult
 from verification.devices import device_context
-from verification.findings import TARGET_BUG
+from verification.findings import SKIPPED, TARGET_BUG
 from verification.isolation import run_child, signal_name
 from verification.ops.spec import TensorMeta
 from verification.programs import Program, Step
 from verification.properties import PROPERTIES
-from verification.properties.base import CheckConfig, property_finding, unusable
+from verification.properties.base import (
+    CheckConfig,
+    Resume,
+    finding_key,
+    property_finding,
+    unusable,
+)
 from verification.properties.base import CheckResult as PropertyResult
 
 DEFAULT_CYCLES = 100
@@ -49,13 +57,16 @@ def run_properties(
     examples: int,
     seed: int = 0,
     cycles: int = DEFAULT_CYCLES,
+    resume: Resume | None = None,
     *,
     seconds: float | None = None,
     verdict_only: bool = False,
 ) -> list[PropertyResult]:
     """Runs the chosen properties in this process on device ``kind``, each within ``examples``
-    and, when given, ``seconds``. Once a check leaves the target unusable, the rest are
-    skipped: they would report its leftover as bugs of their own."""
+    and, when given, ``seconds``, the one chosen from where ``resume`` says an earlier process
+    stopped. Once a check leaves the target unusable, the rest are skipped: they would report
+    its leftover as bugs of their own. A result whose ``resume`` is set has work left for a
+    fresh process."""
     results: list[PropertyResult] = []
     with device_context(kind) as device:
         config = CheckConfig(
@@ -67,10 +78,30 @@ def run_properties(
                 skipped = f"target unusable after {left_by}"
                 results.append(PropertyResult(name, 0, 0.0, skipped=skipped))
                 continue
-            results.append(PROPERTIES[name].check(config))
+            config.resume = resume or Resume()
+            result = PROPERTIES[name].check(config)
+            result.resume = config.next_resume
+            results.append(result)
             if unusable(config) is not None:
                 left_by = name
     return results
+
+
+def merge(first: PropertyResult, rest: PropertyResult) -> PropertyResult:
+    """One check's result from two processes: the second went on where the first stopped. The
+    first's note that it stopped goes (the rest did run), and each finding is kept once."""
+    findings = [f for f in first.findings if f.kind != SKIPPED]
+    keys = {finding_key(f) for f in findings}
+    findings += [f for f in rest.findings if finding_key(f) not in keys]
+    return PropertyResult(
+        first.prop,
+        first.examples + rest.examples,
+        first.elapsed_s + rest.elapsed_s,
+        findings,
+        first.not_applicable,
+        first.skipped,
+        rest.resume,
+    )
 
 
 def _forked_check(
@@ -80,6 +111,7 @@ def _forked_check(
     examples: int,
     seed: int,
     cycles: int,
+    resume: Resume | None,
     seconds: float | None,
     conn: Any,
 ) -> None:
@@ -87,7 +119,7 @@ def _forked_check(
     # one) does not exist in a forked child: its next parallel op would wait for it forever
     # (a hang seen certifying SGLang). One thread never touches that pool.
     torch.set_num_threads(1)
-    results = run_properties(name, target, kind, examples, seed, cycles, seconds=seconds)
+    results = run_properties(name, target, kind, examples, seed, cycles, resume, seconds=seconds)
     conn.send(json.dumps(to_json(results)))
     conn.close()
 
@@ -106,20 +138,21 @@ def run_forked(
     """The simulator's isolation: each property in a forked child of this process, ``jobs`` at
     a time, each within ``seconds`` when given. A fork starts with torch and the harness imported, and with the target as this
     process holds it, untouched by any check; a new interpreter would spend seconds on
-    imports per check. Not for a GPU: a CUDA context does not survive a fork."""
+    imports per check. Not for a GPU: a CUDA context does not survive a fork. A check that
+    stopped with work left goes on in another fork, from this process's clean state."""
     context = multiprocessing.get_context("fork")
     with device_context(kind):
         pass  # what opening the device imports (torch._dynamo, seconds), once for every child
-    pending = list(enumerate(chosen))
+    pending: list[tuple[int, str, Resume | None]] = [(n, c, None) for n, c in enumerate(chosen)]
     running: list[tuple[int, str, Any, Any]] = []
     results: dict[int, PropertyResult] = {}
     while pending or running:
         while pending and len(running) < jobs:
-            number, name = pending.pop(0)
+            number, name, resume = pending.pop(0)
             receive, send = context.Pipe(duplex=False)
             child = context.Process(
                 target=_forked_check,
-                args=(name, target, kind, examples, seed, cycles, seconds, send),
+                args=(name, target, kind, examples, seed, cycles, resume, seconds, send),
             )
             sys.stdout.flush()  # or the child would print what this process buffered
             sys.stderr.flush()
@@ -133,9 +166,12 @@ def run_forked(
             data = None
         child.join()
         if data is not None and child.exitcode == 0:
-            results[number] = from_json(json.loads(data))[0]
+            part = from_json(json.loads(data))[0]
         else:
-            results[number] = _crash_result(name, child.exitcode or 1, "")
+            part = _crash_result(name, child.exitcode or 1, "")
+        results[number] = merge(results[number], part) if number in results else part
+        if part.resume is not None:
+            pending.insert(0, (number, name, part.resume))
     return [results[number] for number in range(len(chosen))]
 
 
@@ -152,6 +188,7 @@ def to_json(results: list[PropertyResult]) -> list[dict[str, Any]]:
             "elapsed_s": r.elapsed_s,
             "not_applicable": r.not_applicable,
             "skipped": r.skipped,
+            "resume": None if r.resume is None else r.resume.as_json(),
             "findings": [
                 {
                     "kind": f.kind,
@@ -187,19 +224,35 @@ def from_json(data: list[dict[str, Any]]) -> list[PropertyResult]:
             ],
             r.get("not_applicable"),
             r.get("skipped"),
+            Resume.from_json(r["resume"]) if r.get("resume") else None,
         )
         for r in data
     ]
 
 
 def run_in_child(name: str, argv: Sequence[str]) -> PropertyResult:
-    """Runs one property in a child; a child killed by a signal (or gone without a result) is a
+    """Runs one property in a child, and in another from where it stopped while a finding
+    leaves the target unusable; a child killed by a signal (or gone without a result) is a
     target-bug finding whose message says how the process ended and its last line on stderr
     (the exception that ended it, as a rule)."""
+    return go_on(_one_child(name, argv, None), argv)
+
+
+def go_on(result: PropertyResult, argv: Sequence[str]) -> PropertyResult:
+    """``result``, and what fresh children (of the command ``argv``) found going on from
+    where it stopped, while one stops with work left."""
+    while result.resume is not None:
+        result = merge(result, _one_child(result.prop, argv, result.resume))
+    return result
+
+
+def _one_child(name: str, argv: Sequence[str], resume: Resume | None) -> PropertyResult:
     with tempfile.TemporaryDirectory() as scratch:
         result_file = Path(scratch) / "result.json"
         child = [*argv, "--no-isolate", "--result-file", str(result_file)]
         child[child.index(argv[1])] = name  # the one property, also when asked for all
+        if resume is not None:
+            child += ["--resume", json.dumps(resume.as_json())]
         done = run_child(child, capture_stderr=True)
         status = done.returncode
         if status >= 0 and result_file.exists():

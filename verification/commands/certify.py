@@ -31,7 +31,8 @@ from verification.commands.options import (
 )
 from verification.commands.progress import progress_bar
 from verification.devices import resolve_device
-from verification.errors import EXIT_FOUND, EXIT_OK
+from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK
+from verification.findings import HARNESS_ERROR
 from verification.mutation.engine import require_cosmic_ray
 from verification.profiles import (
     CERTIFY_PROFILES,
@@ -214,4 +215,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     verdict = "PASS" if cert["passed"] else "FAIL"
     contract = target.contract.name
     print(f"certify: {verdict} under contract {contract}, certificate written to {args.out}")
+    if any(f.kind == HARNESS_ERROR for r in results for f in r.findings):
+        return EXIT_HARNESS
     return EXIT_OK if cert["passed"] else EXIT_FOUND

@@ -2,7 +2,9 @@
 
 Exit status as ``fuzz``: 0 when no finding fails the target (``memory-held`` and
 ``known-unsafe`` findings are printed but do not fail), 1 when one does (its reproducer is
-printed and, with ``--report DIR``, written), 2 for a usage error. Each property runs in a
+printed and, with ``--report DIR``, written), 2 for a usage error, 3 when the harness itself
+failed (a ``harness-error`` finding). Findings of one cause (:attr:`Finding.cause`) are
+printed once, naming the other checks that reached it. Each property runs in a
 child process of its own (``--isolate``: always on ``cuda``, on the simulator, as a fork,
 whenever more than one is run), so no check sees another's leftovers and a check that aborts
 the process becomes a ``crash`` finding naming the signal; in one process (``--no-isolate``)
@@ -19,6 +21,7 @@ from pathlib import Path
 from verification.certify.property_check import (
     DEFAULT_CYCLES,
     forked_jobs,
+    go_on,
     names,
     run_forked,
     run_in_child,
@@ -37,7 +40,9 @@ from verification.commands.options import (
 from verification.commands.progress import progress_bar
 from verification.contracts import CONTRACTS
 from verification.devices import resolve_device
+from verification.findings import exit_status, root_causes
 from verification.properties import PROPERTIES
+from verification.properties.base import Resume
 from verification.properties.reproduce import render, write
 from verification.targets import DEFAULT_TARGET, load_target
 from verification.targets.upstream import add_target_path
@@ -95,6 +100,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_quiet(check)
     check.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
+    # Where a child takes up a check that an earlier child stopped (JSON of Resume).
+    check.add_argument("--resume", help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -102,6 +109,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     target = load_target(args.target, args.contract)
     writable_dir(args.report, "--report")
     chosen = names(args.property)
+    resume = Resume.from_json(json.loads(args.resume)) if args.resume else None
     # Each check in a process of its own, on both devices, when more than one is run: none
     # sees another's leftovers. One at a time on a GPU, whose memory figures a neighbour moves.
     isolate = args.isolate if args.isolate is not None else kind == "cuda" or len(chosen) > 1
@@ -118,20 +126,31 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         with progress_bar(quiet=args.quiet) as (start, advance):
             for name in names(args.property):
                 start(name, args.examples)
-                results += run_properties(
-                    name, target, kind, args.examples, args.seed, args.cycles,
+                done = run_properties(
+                    name, target, kind, args.examples, args.seed, args.cycles, resume,
                     seconds=args.budget,
                 )  # fmt: skip
+                if args.result_file is None:
+                    # A finding left the target unusable here: fresh processes go on.
+                    done = [go_on(result, argv) for result in done]
+                results += done
                 advance(results[-1].examples)
+    findings = [f for r in results for f in r.findings]
     if args.result_file is not None:
         args.result_file.write_text(json.dumps(to_json(results)))
-        return 1 if any(r.failed for r in results) else 0
+        return exit_status(findings)
     command = " ".join(["python -m verification", *argv])
+    # Each bug once: a failing finding whose cause an earlier check already reached is named
+    # under that first finding ("also seen through"), not printed again.
+    causes = {id(c.finding): c for c in root_causes(f for f in findings if f.fails)}
     number = 0
     for result in results:
         for finding in result.findings:
+            if finding.fails and id(finding) not in causes:
+                continue
             text = render(finding, target, kind, command) if finding.fails else None
-            print_finding(finding.summary(), text)
+            also = causes[id(finding)].also_line() if finding.fails else None
+            print_finding(finding.summary() + (f" ({also})" if also else ""), text)
             if text is not None:
                 if args.report is not None:
                     print(f"reproducer written to {write(args.report, number, finding, text)}")
@@ -150,8 +169,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     checked = [r for r in results if r.not_applicable is None and r.skipped is None]
     skipped = [r.prop for r in results if r.skipped is not None]
     print(
-        f"check: {len(checked) - len(failed)} of {len(checked)} properties hold, device={kind}, "
-        f"target={target.name}"
+        f"check: {len(checked) - len(failed)} of {len(checked)} properties hold"
+        + (f" ({len(causes)} root cause{'' if len(causes) == 1 else 's'})" if causes else "")
+        + f", device={kind}, target={target.name}"
         + (f"; failed: {', '.join(failed)}" if failed else "")
         + (
             f"; not applicable: {len(results) - len(checked) - len(skipped)}"
@@ -160,4 +180,4 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         )
         + (f"; skipped: {', '.join(skipped)}" if skipped else "")
     )
-    return 1 if failed else 0
+    return exit_status(findings)

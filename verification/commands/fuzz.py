@@ -20,7 +20,8 @@ from verification.commands.options import (
 )
 from verification.commands.progress import progress_bar
 from verification.devices import resolve_device
-from verification.errors import EXIT_FOUND, EXIT_OK
+from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK
+from verification.findings import HARNESS_ERROR
 from verification.fuzz import run_campaign, run_isolated
 from verification.targets import load_target
 
@@ -57,4 +58,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         result = run_campaign(config, progress=advance)
     print_findings(result)
     print(result.summary_line())
+    if any(f.kind == HARNESS_ERROR for f in result.findings):
+        return EXIT_HARNESS
     return EXIT_FOUND if result.findings else EXIT_OK

@@ -25,7 +25,8 @@ from verification.commands.options import (
 )
 from verification.commands.progress import progress_bar
 from verification.devices import resolve_device
-from verification.errors import EXIT_FOUND, EXIT_OK, UsageError
+from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK, UsageError
+from verification.findings import HARNESS_ERROR
 from verification.fuzz import run_campaign, run_isolated
 from verification.report import write_reproducer
 from verification.targets import Target, load_target
@@ -126,4 +127,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     summary = result.summary_line().replace("fuzz:", "fuzz-op:", 1)
     summary = summary.replace(f" {len(result.findings)} findings,", f" {total} findings,", 1)
     print(f"{summary}, {broken} of them contract violations")
+    if any(f.kind == HARNESS_ERROR for f in result.findings):
+        return EXIT_HARNESS
     return EXIT_FOUND if total else EXIT_OK

@@ -41,7 +41,9 @@ ALLOC = OpSpec(
 @dataclass(frozen=True)
 class Form:
     """How an out-buffer break takes its buffers: ``buffers`` of them, the op's own breaks
-    kept decorated inside it (``nested``), or the output a view of a larger buffer (``view``)."""
+    kept decorated inside it (``nested``), or the output a view of a larger buffer (``view``).
+    ``nested_write``: the break calls a decorated function that writes the buffer and returns
+    nothing, the nesting a contract without device returns allows."""
 
     name: str
     buffers: int = 1
@@ -49,6 +51,7 @@ class Form:
     container: bool = False
     nested: bool = False
     view: bool = False
+    nested_write: bool = False
 
 
 FORMS: tuple[Form, ...] = (
@@ -58,6 +61,7 @@ FORMS: tuple[Form, ...] = (
     Form("nested", nested=True),
     Form("view", view=True),
     Form("pair", buffers=2),
+    Form("nested_write", nested_write=True),
 )
 
 
@@ -107,6 +111,15 @@ def _source(spec: OpSpec, form: Form, entry: str, params: list[str]) -> str:
         f"    result = {entry}_compute(*args, **{params_dict})",
         "    out.copy_(result)",
     ]
+    if form.nested_write:
+        writer = [
+            f"@eager_break_during_capture\ndef {entry}_fill(out, args, params):",
+            f"    out.copy_({entry}_compute(*args, **params))",
+            "",
+            "",
+            *writer[:2],
+            f"    {entry}_fill(out, args, {params_dict})",
+        ]
     if form.buffers == 2:
         # A second, different output: a target that swaps or drops a buffer shows.
         writer.append("    out2.copy_(result.flip(list(range(result.dim()))))")
@@ -152,6 +165,19 @@ def _param_names(spec: OpSpec) -> tuple[str, ...]:
 
     names = [f for _, f, _, _ in string.Formatter().parse(spec.expr) if f and not f.isdigit()]
     return tuple(dict.fromkeys(names))
+
+
+def nests_a_returning_break(spec: OpSpec) -> bool:
+    """Whether a derived op keeps a decorated call inside it that returns the op's fresh
+    result (the ``nested`` form): a break returning a device tensor after all."""
+    return spec.name.endswith(".out_nested")
+
+
+def nests_a_writing_break(spec: OpSpec) -> bool:
+    """Whether a derived op nests a decorated call that writes and returns nothing (the
+    ``nested_write`` form): drawn only where breaks return no device tensor, so that the
+    programs of every other contract stay as they were."""
+    return spec.name.endswith(".out_nested_write")
 
 
 def has_out_buffer_forms(spec: OpSpec) -> bool:

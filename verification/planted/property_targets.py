@@ -166,6 +166,23 @@ def _nested_break_recorded_twice(lib: ModuleType) -> None:
     lib.eager_break_during_capture = eager_break_during_capture
 
 
+def _nested_break_asserts(lib: ModuleType) -> None:
+    # A decorated call made inside an eager step trips an assertion instead of running inline:
+    # one bug that every check whose programs nest decorated ops reaches.
+    def eager_break_during_capture(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def eager_break(*args: Any, **kwargs: Any) -> Any:
+            capture = lib.thread_state.active_capture()
+            if capture is None:
+                return fn(*args, **kwargs)
+            assert not lib.thread_state.in_eager_step()
+            return capture.add_eager_call(fn, args, kwargs)
+
+        return eager_break
+
+    lib.eager_break_during_capture = eager_break_during_capture
+
+
 def _unordered_side_stream(lib: ModuleType) -> None:
     init = lib.segments.EagerStep.__init__
 
@@ -435,6 +452,12 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "threads",
         _global_active_capture,
     ),
+    "global_active_capture_under_out_buffer": (
+        "a process-global active capture, judged as vLLM's module is (out-buffer: its runner "
+        "captures from one thread at a time, which leaves other threads' eager calls free)",
+        "threads",
+        _global_active_capture,
+    ),
     "add_eager_from_any_thread": (
         "add_eager on an open capture is taken from any thread, not only the capturing one",
         "threads",
@@ -464,6 +487,11 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "a nested capture refused only by torch's capture_begin (a process abort on a GPU)",
         "nested",
         _nested_capture_begun,
+    ),
+    "nested_break_asserts": (
+        "a decorated call inside an eager step raises AssertionError instead of running inline",
+        "nested",
+        _nested_break_asserts,
     ),
     "nested_break_recorded_twice": (
         "a decorated call inside an eager step records a second break",
@@ -693,6 +721,8 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
     ),
 }
 NOT_BUGS: dict[str, Callable[[ModuleType], None]] = {"strong_arguments": _strong_arguments}
+# Variants judged by another contract than the library's own.
+CONTRACTS: dict[str, str] = {"global_active_capture_under_out_buffer": "out-buffer"}
 
 
 def build(variant: str | None = None) -> SimpleNamespace:
@@ -709,7 +739,7 @@ def build(variant: str | None = None) -> SimpleNamespace:
         BreakableCUDAGraphCapture=lib.BreakableCUDAGraphCapture,
         eager_break_during_capture=lib.eager_break_during_capture,
         BreakableGraphRunner=lib.BreakableGraphRunner,
-        BREAK_CONTRACT="returns",
+        BREAK_CONTRACT=CONTRACTS.get(variant or "", "returns"),
         RELEASES_BREAK_ARGUMENTS=lib.RELEASES_BREAK_ARGUMENTS,
         REPRODUCER_IMPORT=(
             f"from verification.planted.property_targets import build\ntarget = build({variant!r})"

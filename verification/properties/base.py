@@ -11,18 +11,16 @@ into :class:`Findings`, which runs fixed scenarios and the shared search driver
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import torch
 from hypothesis import strategies as st
 
+from verification.causes import describe, raised_by_harness
 from verification.findings import (
     HARNESS_ERROR,
     SKIPPED,
@@ -47,12 +45,44 @@ def property_finding(
     return Finding(kind, prop, message, program=program, seed=seed, scenario=scenario)
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Where a check goes on in a fresh process, after a finding left the target unusable in
+    the one before: the units of work (fixed scenarios, searches) ``done`` there, the examples
+    ``spent`` of the search it stopped in, the finding keys (:func:`finding_key`) ``known``
+    from there, and how many processes went before (``restarts``)."""
+
+    done: int = 0
+    spent: int = 0
+    known: tuple[tuple[str, str, str], ...] = ()
+    restarts: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "done": self.done,
+            "spent": self.spent,
+            "known": [list(k) for k in self.known],
+            "restarts": self.restarts,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Resume:
+        known = tuple((str(a), str(b), str(c)) for a, b, c in data.get("known", ()))
+        return cls(int(data["done"]), int(data["spent"]), known, int(data["restarts"]))
+
+
+# Fresh processes one check may take: each follows a finding that left the target unusable.
+MAX_RESTARTS = 6
+
+
 @dataclass
 class CheckConfig:
     """Budgets of one check. ``examples`` is the hypothesis budget, ``cycles`` the repetition
     property's cycle count, ``seconds`` (None: none) the check's wall-clock budget, counted
     from when it starts. ``verdict_only`` asks only whether the check fails: findings are
-    not shrunk and the check ends at its first failing one (the planted-bug evidence)."""
+    not shrunk and the check ends at its first failing one (the planted-bug evidence).
+    ``resume`` says what an earlier process of this check already did; the check sets
+    ``next_resume`` when it stops with work left for a fresh process."""
 
     target: Target
     kind: str  # "cuda" or "sim"
@@ -62,6 +92,8 @@ class CheckConfig:
     cycles: int = 100
     max_ops: int = 6
     max_breaks: int = 3
+    resume: Resume = field(default_factory=Resume)
+    next_resume: Resume | None = None
     seconds: float | None = None
     verdict_only: bool = False
 
@@ -78,6 +110,8 @@ class CheckResult:
     not_applicable: str | None = None
     # Why the check did not run: an earlier check in this process left the target unusable.
     skipped: str | None = None
+    # Set when a finding left the target unusable with work left: a fresh process goes on.
+    resume: Resume | None = None
 
     @property
     def failed(self) -> bool:
@@ -117,12 +151,32 @@ def unusable(config: CheckConfig) -> str | None:
     return target_unusable(config.target, config.device)
 
 
+class _Spent(BaseException):
+    """Ends a search from inside an example: a bug found before struck again and left the
+    target unusable. A BaseException, so that neither the search nor hypothesis takes it for
+    a finding."""
+
+    def __init__(self, why: str, spent: int) -> None:
+        super().__init__(why)
+        self.why = why
+        self.spent = spent
+
+
+# Why a verdict-only check stops: the answer is known.
+VERDICT_ONLY_STOP = "verdict only: the check fails"
+
+
 class Findings:
     """What one check found so far, each bug once: by kind and symptom, so that a fixed
     scenario and a drawn program showing the same symptom are one finding (on the H200 a
-    fault at the first capture_begin showed twice otherwise). Once a failing finding leaves
-    the target unusable, the check takes no more work: whatever followed would report that
-    leftover, not a bug of its own."""
+    fault at the first capture_begin showed twice otherwise).
+
+    The check's work comes in units (fixed scenarios, searches), counted as they run. Once a
+    failing finding leaves the target unusable, this process takes no more work, since
+    whatever followed would report that leftover; the check's ``config.next_resume`` then says
+    where a fresh process goes on (:class:`Resume`), so that no bug hides the ones after it.
+    A fresh process skips the units done before it and treats the findings known from before
+    as passes, stopping again if one of them leaves the target unusable once more."""
 
     def __init__(self, prop: str, config: CheckConfig) -> None:
         self.prop = prop
@@ -131,34 +185,68 @@ class Findings:
         self.examples = 0
         self.found: list[Finding] = []
         self.stopped: str | None = None
+        self.unit = 0
+        self.known = set(config.resume.known)
+        config.next_resume = None
 
     @property
     def going(self) -> bool:
         return self.stopped is None
 
+    def _runs_next(self) -> bool:
+        """Counts the next unit of work; whether it runs in this process."""
+        self.unit += 1
+        return self.going and self.unit > self.config.resume.done
+
+    def _stop(self, why: str, spent: int | None = None) -> None:
+        """Stops here; a fresh process goes on after this unit, or (``spent`` examples into
+        a search) within it."""
+        self.stopped = why
+        resume = self.config.resume
+        if resume.restarts >= MAX_RESTARTS:
+            return
+        known = tuple(dict.fromkeys((*resume.known, *(finding_key(f) for f in self.found))))
+        done = self.unit if spent is None else self.unit - 1
+        self.config.next_resume = Resume(done, spent or 0, known, resume.restarts + 1)
+
+    def _known(self, finding: Finding) -> bool:
+        key = finding_key(finding)
+        return key in self.known or any(finding_key(f) == key for f in self.found)
+
     def add(self, finding: Finding | None) -> None:
         if finding is None or not self.going:
             return
-        if any(finding_key(f) == finding_key(finding) for f in self.found):
-            return
-        self.found.append(finding)
+        known = self._known(finding)
+        if not known:
+            self.found.append(finding)
         if finding.fails and self.config.verdict_only:
-            self.stopped = "verdict-only: the check fails"
+            self.stopped = VERDICT_ONLY_STOP
         elif finding.fails:
-            self.stopped = unusable(self.config)
+            why = unusable(self.config)
+            if why is not None:
+                self._stop(why)
 
-    def fixed(self, problem: Callable[[CheckConfig], str | None]) -> None:
-        """Runs one fixed scenario (no drawn example) and records its problem, if any."""
-        if not self.going:
+    def step(self, make: Callable[[], Finding | None]) -> None:
+        """Runs one fixed unit of work that makes its finding itself, and records it."""
+        if not self._runs_next():
             return
         self.examples += 1
         try:
-            found = problem(self.config)
+            found = make()
         except Exception as error:
-            self.add(error_finding(self.prop, error))
-            return
-        if found is not None:
-            self.add(property_finding(self.prop, TARGET_BUG, found, scenario=scenario_of(problem)))
+            found = error_finding(self.prop, error)
+        self.add(found)
+
+    def fixed(self, problem: Callable[[CheckConfig], str | None]) -> None:
+        """Runs one fixed scenario (no drawn example) and records its problem, if any."""
+
+        def make() -> Finding | None:
+            found = problem(self.config)
+            if found is None:
+                return None
+            return property_finding(self.prop, TARGET_BUG, found, scenario=scenario_of(problem))
+
+        self.step(make)
 
     def search(
         self,
@@ -168,34 +256,58 @@ class Findings:
         key: Callable[[Finding], Any] = finding_key,
     ) -> None:
         """Runs ``body`` on drawn values for the budget; every distinct finding, shrunk."""
-        if not self.going:
+        if not self._runs_next():
             return
-        # A drawn example that shows a fixed scenario's symptom again is the same bug.
-        known = {key(f) for f in self.found}
+        resume = self.config.resume
+        already = resume.spent if self.unit == resume.done + 1 else 0
+        budget = (examples if examples is not None else self.config.examples) - already
+        if budget <= 0:
+            return
+        # A drawn example that shows a fixed scenario's symptom, or one an earlier process
+        # found, again is the same bug; if it left the target unusable again, stop here.
+        known = {key(f) for f in self.found} | {k for k in self.known}
+        calls = [0]
 
         def new_only(value: Any) -> Finding | None:
+            calls[0] += 1
             finding = body(value)
-            return None if finding is not None and key(finding) in known else finding
+            if finding is None or key(finding) not in known:
+                return finding
+            if finding.fails:
+                why = unusable(self.config)
+                if why is not None:
+                    raise _Spent(why, already + calls[0])
+            return None
 
         seconds = self.config.seconds
-        outcome = search(
-            strategy,
-            new_only,
-            examples=examples if examples is not None else self.config.examples,
-            seed=self.config.seed,
-            key=key,
-            error_finding=lambda error: error_finding(self.prop, error),
-            usable=lambda: unusable(self.config),
-            # What the fixed scenarios left of the check's time.
-            seconds=None if seconds is None else max(0.0, seconds - self._elapsed()),
-            shrink=not self.config.verdict_only,
-            max_findings=0 if self.config.verdict_only else 8,
-        )
+        try:
+            outcome = search(
+                strategy,
+                new_only,
+                examples=budget,
+                # A search taken up again draws anew: the same seed would draw what ran before.
+                seed=self.config.seed + already,
+                key=key,
+                error_finding=lambda error: error_finding(self.prop, error),
+                usable=lambda: unusable(self.config),
+                # What the fixed scenarios left of the check's time.
+                seconds=None if seconds is None else max(0.0, seconds - self._elapsed()),
+                shrink=not self.config.verdict_only,
+                max_findings=0 if self.config.verdict_only else 8,
+            )
+        except _Spent as spent:
+            self.examples += calls[0]
+            self._stop(spent.why, spent.spent)
+            return
         self.examples += outcome.examples
         for finding in outcome.findings:
-            self.add(finding)
+            if not self._known(finding):
+                self.found.append(finding)
+        if self.config.verdict_only and any(f.fails for f in self.found):
+            self.stopped = VERDICT_ONLY_STOP
+            return
         if outcome.stopped is not None:
-            self.stopped = outcome.stopped
+            self._stop(outcome.stopped, already + outcome.examples)
 
     def _elapsed(self) -> float:
         return time.monotonic() - self.began
@@ -203,45 +315,26 @@ class Findings:
     def result(self) -> tuple[int, list[Finding]]:
         notes = []
         if self.stopped is not None:
+            rest = (
+                "the rest of the check ran in a fresh process"
+                if self.config.next_resume is not None
+                else "the rest of the check was skipped"
+            )
             notes.append(
                 property_finding(
                     self.prop,
                     SKIPPED,
-                    f"the rest of the check was skipped: target unusable after its finding "
-                    f"({self.stopped})",
+                    f"{rest}: target unusable after its finding ({self.stopped})",
                 )
             )
         return self.examples, self.found + notes
 
 
-_HARNESS = Path(__file__).resolve().parent.parent
-# Frames that only pass an error on: CUDA's stand-in and the libraries everyone calls.
-_PASSING_ON = (
-    _HARNESS / "sim",
-    Path(torch.__file__).resolve().parent,
-    Path(contextlib.__file__).resolve().parent,
-)
-
-
-def _raised_by_harness(error: BaseException) -> bool:
-    """Whether the innermost frame of ``error`` that is neither torch, the standard library
-    nor the simulator lies in the harness (anything else is the target's code or its
-    dependencies: a wrapped peer, a planted target, user ops)."""
-    innermost = None
-    tb = error.__traceback__
-    while tb is not None:
-        path = Path(tb.tb_frame.f_code.co_filename).resolve()
-        if not any(base in path.parents for base in _PASSING_ON):
-            innermost = path
-        tb = tb.tb_next
-    return innermost is not None and _HARNESS in innermost.parents
-
-
 def error_finding(prop: str, error: Exception) -> Finding:
     """An exception that escaped a check's code: a ``harness-error`` when the harness's own
     code raised it, else a ``target-bug``."""
-    kind = HARNESS_ERROR if _raised_by_harness(error) else TARGET_BUG
-    return property_finding(prop, kind, f"the check raised {error!r}")
+    kind = HARNESS_ERROR if raised_by_harness(error) else TARGET_BUG
+    return property_finding(prop, kind, f"the check raised {describe(error)}")
 
 
 def timed(prop: str, run: Callable[[], tuple[int, list[Finding]]]) -> CheckResult:

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.causes import describe
 from verification.contracts import COLLECTOR, collector_frozen
 from verification.execute import collector_paused
 from verification.findings import CALLER_DUTY, TORCH_LIMIT, Finding
@@ -218,7 +219,7 @@ def _decorated_call_problem(target: Any, device: str) -> str | None:
         add_one(x)
         torch.cuda.synchronize()
     except Exception as error:
-        return f"a decorated call outside any capture raised {error!r}"
+        return f"a decorated call outside any capture raised {describe(error)}"
     if len(calls) != 1 or not torch.equal(x, torch.ones_like(x)):
         return f"a decorated call outside any capture ran {len(calls)} times, not once, eagerly"
     return None
@@ -315,7 +316,7 @@ def _faulted_then_recovered(
     if propagated is None:
         return f"{where} was swallowed: no exception came out"
     if point != "illegal-call" and not isinstance(propagated, InjectedFault):
-        return f"{where} came out as {propagated!r} instead of the injected exception"
+        return f"{where} came out as {describe(propagated)} instead of the injected exception"
     left = _left_active(target) or _decorated_call_problem(target, config.device)
     if left is not None:
         return f"after {where}: {left}"
@@ -334,7 +335,7 @@ def _faulted_then_recovered(
         again = ProgramRun(program, target, config.kind, config.device, config.seed, pool=pool)
     except Exception as error:
         if point != "illegal-call" or POOL_LEFT_RECORDING not in str(error):
-            return f"the next capture into the same pool after {where} raised {error!r}"
+            return f"the next capture into the same pool after {where} raised {describe(error)}"
         _generator_left_capturing(config.device)  # the refused capture_begin may leave it
         if limits is not None:
             who = (
@@ -357,7 +358,7 @@ def _faulted_then_recovered(
                 pool=torch.cuda.graph_pool_handle(),
             )
         except Exception as error:
-            return f"the next capture, into a new pool, after {where} raised {error!r}"
+            return f"the next capture, into a new pool, after {where} raised {describe(error)}"
     for replay in range(2):
         problem = again.replay_problem(config.seed + 3 + replay)
         if problem is not None:
@@ -446,7 +447,7 @@ def caught_break_problem(config: CheckConfig) -> str | None:
                 z = out + 1
     except Exception as error:
         if not caught:
-            return f"a break that raised at capture reached its caller as {error!r}, not as raised"
+            return f"a break that raised at capture reached its caller as {describe(error)}, not as raised"
         left = _left_active(target)  # refused to close: what the check prefers
         return None if left is None else f"after a capture refused to close: {left}"
     finally:
@@ -461,7 +462,7 @@ def caught_break_problem(config: CheckConfig) -> str | None:
     except Exception as error:
         return (
             "a break raised at capture and the caller caught it inside the `with` block; the "
-            f"capture closed, and its replay raised {error!r}"
+            f"capture closed, and its replay raised {describe(error)}"
         )
     if not torch.equal(z, x * 2 * 0.5 + 1):
         return (
@@ -526,7 +527,7 @@ def collector_scenario_problem(config: CheckConfig, caller_freezes: bool) -> str
     except Exception as error:
         return (
             "an earlier capture held in a reference cycle, freed by the cyclic collector while "
-            f"a capture was open, broke that capture ({error!r}): keep the collector off while "
+            f"a capture was open, broke that capture ({describe(error)}): keep the collector off while "
             "capturing"
         )
     finally:
@@ -569,9 +570,7 @@ def check(config: CheckConfig) -> CheckResult:
             return property_finding(NAME, "target-bug", problem, program, config.seed, scenario)
 
         for point in FIXED_POINTS:
-            if found.going:
-                found.examples += 1
-                found.add(body((WITNESS, point, 0, "synchronize")))
+            found.step(functools.partial(body, (WITNESS, point, 0, "synchronize")))
         # The collector scenario notes a target's reliance on its caller's duty (freezing
         # the collector) instead of failing it, under contracts that carry that duty.
         duties: list[str] = []

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.causes import describe
 from verification.execute import collector_paused
 from verification.findings import Finding
 from verification.programs import Program
@@ -95,7 +96,7 @@ def _nested_capture_problem(
             program, config.target, config.kind, config.device, config.seed, hook=attempt.hook
         )
     except Exception as error:
-        return f"the outer capture failed after a nested capture ({place}): {error!r}"
+        return f"the outer capture failed after a nested capture ({place}): {describe(error)}"
     finally:
         left = _left_active(config.target)
     where = f"a nested capture ({place}, before step {at})"
@@ -108,7 +109,7 @@ def _nested_capture_problem(
             "(H200, torch 2.11): refuse a nested capture before beginning a graph"
         )
     if isinstance(attempt.outcome, BaseException) and not _clear(attempt.outcome):
-        return f"{where} raised an unclear error: {attempt.outcome!r}"
+        return f"{where} raised an unclear error: {describe(attempt.outcome)}"
     if left is not None:
         return f"after {where}: {left}"
     for replay in range(REPLAYS):
@@ -180,7 +181,7 @@ def _nested_decorated_problem(config: CheckConfig) -> str | None:
                 outer(y, out)
                 z = out * 3
     except Exception as error:  # the target's own failure is the finding (the PyPI peer's)
-        return f"a decorated op calling a decorated op failed the capture: {error!r}"
+        return f"a decorated op calling a decorated op failed the capture: {describe(error)}"
     finally:
         torch.cuda.current_stream().wait_stream(side)
     if counts["inner"] != 1:

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import torch
 from hypothesis import strategies as st
 
+from verification.causes import describe
 from verification.execute import BreakLog, collector_paused, run_steps, step_callables
 from verification.findings import Finding
 from verification.ops.spec import TensorMeta
@@ -458,7 +459,7 @@ def _witness_problem(program: Program, config: CheckConfig, held: list[int]) -> 
             or _held_problem(kept, config)
         )
     except Exception as error:  # the witnesses use only what every target must take
-        return f"the target raised {error!r}"
+        return f"the target raised {describe(error)}"
     held.extend(kept)
     return problem
 
@@ -494,7 +495,7 @@ def _drawn_problem(
             or _capture_set_problem(programs[0], capture_set, config)
         )
     except Exception as error:  # a drawn program the target cannot take is its finding
-        return f"the target raised {error!r}"
+        return f"the target raised {describe(error)}"
 
 
 def _witnesses(config: CheckConfig) -> list[Program]:

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.causes import describe as describe_error
 from verification.execute import BreakLog, collector_paused, run_steps, step_callables
 from verification.findings import Finding
 from verification.ops.spec import Decorate, TensorMeta
@@ -322,7 +323,7 @@ def _sequence_problem(program: Program, config: CheckConfig, graphs: bool) -> st
     try:
         runner = runner_class(config)(fn, **options)
     except Exception as error:
-        return f"{mode}: making a runner with {sorted(options)} raised {error!r}"
+        return f"{mode}: making a runner with {sorted(options)} raised {describe_error(error)}"
     tol = program_tolerance(program, fn.table)
     first: dict[str, list[Any]] = {}
     caller = torch.cuda.Stream()
@@ -338,7 +339,7 @@ def _sequence_problem(program: Program, config: CheckConfig, graphs: bool) -> st
             try:
                 result = runner(*runner_side[0], **runner_side[1])
             except Exception as error:
-                return f"{where}: the runner raised {error!r}"
+                return f"{where}: the runner raised {describe_error(error)}"
             if torch.cuda.current_stream() != caller:
                 return f"{where}: the caller's stream is not current after the call"
         torch.cuda.current_stream().wait_stream(caller)
@@ -386,7 +387,9 @@ def debug_problem(config: CheckConfig) -> str | None:
             out = run(x)
             other = run(x[:4])
         except Exception as error:
-            return f"debug={debug}: a runner whose buffers never moved raised {error!r}"
+            return (
+                f"debug={debug}: a runner whose buffers never moved raised {describe_error(error)}"
+            )
         pools = {_pool_of(out), _pool_of(other)}
         if len(pools) != 1 or None in pools:
             return f"the captures of two signatures of one runner lie in graph pools {pools}"
@@ -457,7 +460,7 @@ def _runs_problem(config: CheckConfig, default: int) -> str | None:
             with collector_paused():
                 result = make(runner_class(config), fn)(x)
         except Exception as error:
-            return f"{label}: making a runner and calling it raised {error!r}"
+            return f"{label}: making a runner and calling it raised {describe_error(error)}"
         if fn.runs != count + 1:
             return (
                 f"{label}: a new signature ran the function {fn.runs} times, expected "
@@ -492,7 +495,9 @@ def _refusal_problem(config: CheckConfig) -> str | None:
                     return f"{label}: the error {error!r} does not name {word!r}"
                 continue
             except Exception as error:
-                return f"{label}: making a runner raised {error!r}, expected {expected}"
+                return (
+                    f"{label}: making a runner raised {describe_error(error)}, expected {expected}"
+                )
         return f"{label}: making a runner was accepted, expected {expected}"
     return None
 

@@ -86,3 +86,8 @@ def one_graph_version(program: ScriptProgram) -> ScriptProgram | None:
 def race_detection_on_a_gpu(kind: str) -> Iterator[None]:
     """On a GPU no race detector runs: a race shows in the values, amplified."""
     yield None
+
+
+def describe(error: BaseException) -> str:
+    """The exception as the script prints it: the traceback it raises with names the frame."""
+    return repr(error)

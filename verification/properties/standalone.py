@@ -23,7 +23,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from verification import execute, oracle, programs
+from verification import causes, execute, oracle, programs
 from verification.findings import Finding
 from verification.programs import Program, input_expr
 from verification.properties import pool, runner, script_program, stream_order
@@ -150,13 +150,17 @@ class _Bundle:
                 self.add(name, vars(module)[name], module)
 
 
+# Every script's stand-in for the harness's frame finder: a script names no target frame.
+_DESCRIBE = (causes.describe, script_program.describe)
+
+
 def render(finding: Finding, target: Target, kind: str, command: str) -> str:
     """The standalone script for a finding of a fixed scenario; raises :class:`NotStandalone`
     when the scenario reaches harness code a script cannot carry."""
     scenario = dict(finding.scenario)
     module_name, _, qualname = str(scenario["fixed"]).partition(":")
     module = importlib.import_module(module_name)
-    bundle = _Bundle()
+    bundle = _Bundle([_DESCRIBE])
     bundle.add(qualname, getattr(module, qualname), module)
     args = ", ".join(repr(a) for a in scenario.get("args", ())) + (
         ", " if scenario.get("args") else ""
@@ -168,6 +172,7 @@ def _stand_ins(finding: Finding, kind: str) -> list[tuple[Any, Any]]:
     """What a drawn program's script has in place of the harness's program machinery."""
     program = finding.program
     stand_ins: list[tuple[Any, Any]] = [
+        _DESCRIBE,
         (programs.make_inputs, script_program.make_inputs),
         (programs.op_table, script_program.op_table),
         (execute.step_callables, script_program.step_callables),

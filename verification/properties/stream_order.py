@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.causes import describe
 from verification.execute import collector_paused
 from verification.findings import Finding
 from verification.programs import Program
@@ -161,7 +162,7 @@ def _judged(config: CheckConfig, problem_of: Any, *args: Any) -> str | None:
                 if isinstance(cause, race_error):
                     return f"stream race: {cause}"
                 cause = cause.__cause__ or cause.__context__
-            return f"the target raised {error!r}"
+            return f"the target raised {describe(error)}"
 
 
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:

@@ -1,8 +1,9 @@
 """Adapter: the PyPI package ``breakable-cuda-graphs`` seen through the harness's target API.
 
 ``BreakableCUDAGraphCapture`` wraps ``bcgs.BreakableCUDAGraph`` + ``bcgs.breakable_graph``;
-``eager_break_during_capture`` is ``bcgs.no_graph``, which rejects CUDA tensor returns, so
-``SUPPORTS_TENSOR_RETURNS`` is False. Importing it without the package installed raises
+``eager_break_during_capture`` is ``bcgs.no_graph``, which raises on any CUDA tensor a
+decorated function returns (0.1.0 always runs so strict): the adapter declares
+``no-device-returns``, under which that refusal is right and no drawn break returns one. Importing it without the package installed raises
 :class:`~verification.errors.UsageError`.
 """
 
@@ -23,7 +24,7 @@ except ModuleNotFoundError as error:
     ) from error
 
 __version__ = getattr(bcgs, "__version__", None)
-SUPPORTS_TENSOR_RETURNS = False
+BREAK_CONTRACT = "no-device-returns"
 eager_break_during_capture = bcgs.no_graph
 
 _active: list[BreakableCUDAGraphCapture] = []

@@ -31,6 +31,24 @@ def engine(name):
             return context
 
         return capture_with, (lambda c: c.replay()), sgl.eager_on_graph
+    if name == "piecewise_cuda_graphs":
+        import piecewise_cuda_graphs as pcg
+
+        class PiecewiseCapture:
+            """A CUDAGraphSequence captured by piecewise_graph, as its README shows."""
+
+            def __init__(self, pool):
+                self.sequence = pcg.CUDAGraphSequence(pool=pool)
+
+            def __enter__(self):
+                self.context = pcg.piecewise_graph(self.sequence)
+                self.context.__enter__()
+                return self
+
+            def __exit__(self, *exc):
+                return self.context.__exit__(*exc)
+
+        return PiecewiseCapture, (lambda c: c.sequence.replay()), pcg.no_graph
     if name == "vllm":
         from vllm.compilation.breakable_cudagraph import (
             BreakableCUDAGraphCapture,

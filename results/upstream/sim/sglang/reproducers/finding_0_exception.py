@@ -1,6 +1,6 @@
 """Reproducer for a exception finding (target-bug) in target verification.targets.sglang (sim).
 
-[target-bug] exception: capture raised AssertionError: 
+[target-bug] exception (replay 0): replay raised AttributeError("'tuple' object has no attribute 'tensors'") [at <break op shrink_pair_>:19, in shrink_group_]
 Fuzzer command: python -m verification fuzz --target verification.targets.sglang --device sim --seed 0 --examples 300 --max-ops 12 --max-breaks 4 --replays 3
 Exits non-zero while the bug is present.
 """
@@ -17,7 +17,7 @@ SEED = 0
 REPLAYS = 3
 RTOL = 0.0
 ATOL = 0.0
-BREAK_STEPS = [0]
+BREAK_STEPS = [0, 1, 2]
 
 CALLS = []
 _depth = [0]
@@ -44,41 +44,69 @@ def logged_break(step):
     return decorate
 
 
-# step 0: break op outer_twice
-eager_break_during_capture = logged_break(0)
-import dataclasses
-import math
+def define_breaks():
+    """Defines each break step anew."""
+    global step_0, step_1, step_2
+    # step 0: neg, run as an eager break
+    @logged_break(0)
+    def step_0(a0):
+        return torch.neg(a0)
 
-import torch
+    # step 1: neg, run as an eager break
+    @logged_break(1)
+    def step_1(a0):
+        return torch.neg(a0)
 
-def finite_peak(x):
-    peak = float(x.abs().amax().item()) if x.numel() else 0.0
-    return peak if math.isfinite(peak) else 0.0
+    # step 2: break op shrink_pair_
+    eager_break_during_capture = logged_break(2)
+    import dataclasses
+    import math
 
-@eager_break_during_capture
-def inner_shrink(x):
-    return x / (1.0 + finite_peak(x))
+    import torch
+
+    def finite_peak(x):
+        peak = float(x.abs().amax().item()) if x.numel() else 0.0
+        return peak if math.isfinite(peak) else 0.0
+
+    import collections
+
+    # A dtype rides along: a break's arguments hold objects that are neither tensors nor
+    # containers, and a capture must keep them as they are.
+    Group = collections.namedtuple("Group", ["tensors", "floor", "dtype"])
 
 
-@eager_break_during_capture
-def outer_twice(x):
-    return inner_shrink(inner_shrink(x) + 1)
+    @eager_break_during_capture
+    def shrink_group_(group):
+        peak = max(finite_peak(t.to(group.dtype)) for t in group.tensors)
+        for t in group.tensors:
+            t.div_(max(group.floor, peak))
 
 
-step_0 = outer_twice
+    def shrink_pair_(x, y):
+        shrink_group_(Group([x, y], 1.0, torch.float64))
+        return x
+
+
+    step_2 = shrink_pair_
+
+
+define_breaks()
 
 
 def make_inputs(seed):
     g = torch.Generator().manual_seed(seed)
     return [
         torch.randn((), generator=g).to(torch.float32).to(DEVICE),
+        torch.randn((), generator=g).to(torch.float32).to(DEVICE),
     ]
 
 
-def program(v0):
-    v1 = step_0(v0)
-    del v0
-    return [v1]
+def program(v0, v1):
+    v2 = step_0(v0)
+    v3 = step_1(v0)
+    v4 = step_2(v0, v1)
+    del v0, v1
+    return [v2]
 
 
 def seed_rng(seed):
@@ -119,6 +147,7 @@ def main():
     for replay in range(REPLAYS):
         seed = SEED + 1 + replay
         fresh = make_inputs(seed)
+        define_breaks()  # the reference shares no state with the captured run's breaks
         seed_rng(seed)
         expected = program(*[x.clone() for x in fresh])
         CALLS.clear()
