@@ -63,6 +63,8 @@ class CampaignConfig:
     # None: the contract the target declares.
     contract: str | None = None
     database: ExampleDatabase | None = field(default_factory=shared_database)
+    # Draw engine-shaped programs beside plain ones (default catalog only).
+    engine: bool = True
 
     def command(self, target_name: str, device_kind: str) -> str:
         if self.command_line is not None:
@@ -143,6 +145,8 @@ def _search(
             max_breaks=config.max_breaks,
             ops=config.ops,
             contract=target.contract,
+            # Half the programs take host values and share engine breaks, as an engine does.
+            engine=config.engine,
         )
     )
     examples = config.examples if config.examples is not None else settings.default.max_examples
