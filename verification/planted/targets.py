@@ -47,6 +47,14 @@ BUGS: dict[str, str] = {
     ),
 }
 
+# The bugs only engine-shaped programs reach (tests/harness/test_engine_programs.py).
+ENGINE_BUGS: tuple[str, ...] = (
+    "record_keyed_by_function",
+    "host_args_snapshot",
+    "args_rebuilt_by_pytree",
+    "result_copied_into_argument",
+)
+
 
 @dataclass
 class _Eager:
