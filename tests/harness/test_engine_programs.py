@@ -120,3 +120,31 @@ def test_whatever_a_break_returns_is_a_finding_not_a_harness_error(bcg_kind, kin
     assert all(f.kind == TARGET_BUG for f in result.findings), [
         f.summary() for f in result.findings
     ]
+
+
+def test_fuzz_draws_every_engine_dimension_beside_plain_programs():
+    from hypothesis import HealthCheck, given, settings
+
+    from verification.programs import Program, programs
+
+    seen: set[str] = set()
+
+    @settings(max_examples=150, database=None, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(programs(engine=CampaignConfig().engine, max_ops=6))
+    def draw(program: Program) -> None:
+        if not program.host:
+            seen.add("plain")
+            return
+        seen.add("host")
+        seen.update(f"form:{s.host}" for s in program.steps if s.host)
+        shared = [(s.op, s.fn) for s in program.steps if s.fn >= 0]
+        if len(shared) > len(set(shared)):
+            seen.add("shared")
+        seen.update(f"{s.op}:{dict(s.params)}" for s in program.steps if s.fn >= 0)
+
+    draw()
+    wanted = {"plain", "host", "shared", "form:meta", "form:lens", "form:tuple", "form:dict",
+              "attention:{'nested': True}", "logit_bias:{'view': False}",
+              "logit_bias:{'view': True}"}  # fmt: skip
+    assert wanted <= seen, wanted - seen
