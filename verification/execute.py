@@ -11,6 +11,7 @@ before every replay, as a runner does; steps sharing a function slot call one ca
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import threading
@@ -20,12 +21,32 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from verification.ops.host import host_argument, make_host, update_host
+from verification.ops.host import HOST_SOURCE, host_argument
 from verification.ops.spec import Decorate, OpSpec
 from verification.programs import Program, produces_value
 from verification.targets import Target
 
 BreakEntry = tuple[int, tuple[int, ...]]
+
+
+# The very text a reproducer prints, so that both make the same host values.
+_HOST_CODE = compile(HOST_SOURCE, "<host values>", "exec")
+
+
+def _host_functions() -> dict[str, Any]:
+    namespace: dict[str, Any] = {"torch": torch, "dataclasses": dataclasses}
+    exec(_HOST_CODE, namespace)
+    return namespace
+
+
+def make_host(count: int, seed: int) -> Any:
+    """A program's host values: a fresh ``HostMeta`` of ``count`` sequences for ``seed``."""
+    return _host_functions()["make_host"](count, seed)
+
+
+def update_host(host: Any, seed: int) -> None:
+    """Rewrites ``host`` in place with ``seed``'s values, as a runner does before a replay."""
+    _host_functions()["update_host"](host, seed)
 
 
 def _identity(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -382,11 +382,11 @@ def programs(
     for _ in range(draw(_integers(1, max_ops))):
         live = sorted(env)
         if host and breaks < max_breaks and draw(_booleans):
-            step = _engine_step(draw, engine_specs, live, env, overlapping)
-            if step is not None:
+            drawn = _engine_step(draw, engine_specs, live, env, overlapping)
+            if drawn is not None:
+                spec, step = drawn
                 breaks += 1
                 steps.append(step)
-                spec = next(s for s in engine_specs if s.name == step.op)
                 if spec.alias_varies:
                     read_after.append(step.args[0])
                 env[next_value] = spec.infer([env[step.args[0]]], step.kwargs)
@@ -474,9 +474,9 @@ def _engine_step(
     live: Sequence[int],
     env: Mapping[int, TensorMeta],
     overlapping: set[int],
-) -> Step | None:
-    """A step of an engine break op on one live value, with its host form and function slot;
-    None when no live value fits. Engine ops write their argument in place or return it or
+) -> tuple[OpSpec, Step] | None:
+    """An engine break op and its step on one live value, with its host form and function
+    slot; None when no live value fits. Engine ops write their argument in place or return it or
     a new tensor, so their result shares the argument's memory as far as drawing knows."""
     spec = draw(_sampled_from(tuple(specs)))
     fits = tuple(
@@ -491,7 +491,7 @@ def _engine_step(
     form = draw(_sampled_from(tuple(HOST_FORMS)))
     # Mostly the op's one function, as every layer calls one attention; sometimes a second.
     slot = int(draw(_integers(0, 3)) == 3)
-    return Step(spec.name, (arg,), tuple(sorted(params.items())), True, host=form, fn=slot)
+    return spec, Step(spec.name, (arg,), tuple(sorted(params.items())), True, host=form, fn=slot)
 
 
 def _with_static_buffers(

@@ -33,7 +33,8 @@ def logged_break(step):
             if _depth[0] == 0:
                 leaves = torch.utils._pytree.tree_flatten((args, kwargs))[0]
                 tensors = [a for a in leaves if isinstance(a, torch.Tensor)]
-                CALLS.append((step_of(step), tuple(t.data_ptr() for t in tensors)))
+                here = step if isinstance(step, int) else step_of(step)
+                CALLS.append((here, tuple(t.data_ptr() for t in tensors)))
             _depth[0] += 1
             try:
                 return fn(*args, **kwargs)
@@ -44,12 +45,6 @@ def logged_break(step):
 
     return decorate
 '''
-
-# Without shared break functions every logged function names its own step.
-_STEP_OF = """
-def step_of(step):
-    return step
-"""
 
 # A break function shared by several steps logs the step named by at(); called by the
 # target at replay, the first of its steps after the step logged last.
@@ -67,8 +62,6 @@ def at(step, fn):
 
 
 def step_of(steps):
-    if isinstance(steps, int):  # a break function of one step
-        return steps
     named, NAMED[0] = NAMED[0], None
     if named is None:
         last = CALLS[-1][0] if CALLS else -1
@@ -315,7 +308,7 @@ def render_reproducer(
         constants += f"MAY_REFUSE = {may_refuse}\n"
     parts = [
         header + constants + _PRELUDE,
-        _SHARED_STEPS if _shared_slots(program) else _STEP_OF,
+        *([_SHARED_STEPS] if _shared_slots(program) else []),
         *([HOST_SOURCE] if program.host else []),
         *_break_definitions(program, table),
         _inputs_function(program),

@@ -419,20 +419,22 @@ ENGINE_OPS: list[OpSpec] = [
         _float_same,
         HOST_READ
         + """
+# As an engine's attention op: it writes into the tensor it is given and returns nothing.
 @eager_break_during_capture
 def attend_(x, host):
-    # Attention over the batch: its scale depends on the host's sequence lengths.
-    return x.mul_(1.0 / (1 + host_total(host) % 7))
+    # Its scale depends on the host's sequence lengths.
+    x.mul_(1.0 / (1 + host_total(host) % 7))
 
 
 @eager_break_during_capture
 def block_(x, host):
     attend_(x, host)  # a decorated op calling another
-    return x.add_(host_total(host) % 3)
+    x.add_(host_total(host) % 3)
 
 
 def attention(x, host, *, nested):
-    return block_(x, host) if nested else attend_(x, host)
+    (block_ if nested else attend_)(x, host)
+    return x
 """,
         "attention({0}, {host}, nested={nested})",
         params=_nested,

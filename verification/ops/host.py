@@ -3,7 +3,7 @@
 :data:`HOST_SOURCE` is standalone Python text defining ``HostMeta`` (a dataclass of a list of
 sequence lengths, an int and a CPU tensor, like vLLM's attention metadata), ``make_host(count,
 seed)`` and ``update_host(host, seed)``, which rewrites every field in place as a runner does
-before each replay. :data:`HOST_FORMS` are the ways a break is given them (the dataclass, the
+before each replay (the executor runs this text: :mod:`verification.execute`). :data:`HOST_FORMS` are the ways a break is given them (the dataclass, the
 list alone, or inside a tuple or dict), each as an expression over ``host``. The harness and
 reproducers execute this same text, so a reproducer sees the fuzzer's values.
 """
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import functools
 from typing import Any
-
-import torch
 
 HOST_SOURCE = '''
 @dataclasses.dataclass
@@ -46,25 +44,6 @@ HOST_FORMS: dict[str, str] = {
     "tuple": "(host.seq_lens, host.positions)",
     "dict": '{"lens": host.seq_lens, "meta": host}',
 }
-
-
-@functools.cache
-def _namespace() -> dict[str, Any]:
-    import dataclasses
-
-    namespace: dict[str, Any] = {"torch": torch, "dataclasses": dataclasses}
-    exec(compile(HOST_SOURCE, "<host values>", "exec"), namespace)
-    return namespace
-
-
-def make_host(count: int, seed: int) -> Any:
-    """A fresh ``HostMeta`` of ``count`` sequences for ``seed``."""
-    return _namespace()["make_host"](count, seed)
-
-
-def update_host(host: Any, seed: int) -> None:
-    """Rewrites ``host`` in place with ``seed``'s values."""
-    _namespace()["update_host"](host, seed)
 
 
 @functools.cache
