@@ -8,7 +8,11 @@ Also reports the full loop's rate per second of this process's CPU time, which l
 other processes on a shared machine inflates far less than wall time.
 Writes ``results/fuzz_throughput_<device>.json``.
 
-Usage: ``python bench/fuzz_throughput.py [--device auto|cuda|sim] [--programs 100]``
+``--shapes`` instead compares whole ``fuzz`` campaigns (drawing, checking, shrinking) that draw
+only plain programs with ones that draw engine-shaped programs beside them (the default),
+alternating rounds in one run, and writes ``results/fuzz_shapes_<device>.json``.
+
+Usage: ``python bench/fuzz_throughput.py [--device auto|cuda|sim] [--programs 100] [--shapes]``
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from verification.devices import device_context, resolve_device
 from verification.execute import CapturedProgram, run_eager
+from verification.fuzz import CampaignConfig, run_campaign
 from verification.oracle import check_program
 from verification.programs import Program, make_inputs, op_table, programs
 from verification.targets import load_target
@@ -56,13 +61,55 @@ def draw_programs(count: int, allow_tensor_returns: bool) -> list[Program]:
     return drawn
 
 
+def compare_shapes(target: str, kind: str, examples: int) -> None:
+    """Examples per second of ``fuzz`` drawing plain programs only, and plain and engine-shaped
+    ones (today's default); best of ``ROUNDS`` alternating campaigns each, same seeds."""
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    for round_ in range(ROUNDS + 1):
+        for engine in (False, True):
+            config = CampaignConfig(
+                target=target, device=kind, examples=examples, seed=round_, engine=engine,
+                database=None,
+            )  # fmt: skip
+            start = time.process_time()
+            result = run_campaign(config)
+            if round_ == 0:
+                continue  # one-time costs land on the first campaign
+            rates[engine].append(result.examples_per_second)
+            cpu[engine].append(result.examples / (time.process_time() - start))
+    plain, mixed = max(rates[False]), max(rates[True])
+    out = {
+        "device": kind,
+        "target": target,
+        "examples": examples,
+        "rounds": ROUNDS,
+        "plain_examples_per_s": plain,
+        "engine_mix_examples_per_s": mixed,
+        "plain_examples_per_cpu_s": max(cpu[False]),
+        "engine_mix_examples_per_cpu_s": max(cpu[True]),
+        "engine_mix_over_plain": mixed / plain,
+        "target_engine_mix_over_plain": 1 / 1.3,
+    }
+    path = RESULTS / f"fuzz_shapes_{kind}.json"
+    path.write_text(json.dumps(out, indent=2) + "\n")
+    print(
+        f"fuzz, plain programs: {plain:.1f} examples/s; plain and engine-shaped: {mixed:.1f} "
+        f"examples/s; ratio {mixed / plain:.2f} (target >= {1 / 1.3:.2f}); written to {path}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--programs", type=int, default=100)
     parser.add_argument("--target", default="breakable_cudagraph")
+    parser.add_argument("--shapes", action="store_true")
     args = parser.parse_args()
     kind = resolve_device(args.device)
+    if args.shapes:
+        compare_shapes(args.target, kind, args.programs)
+        return
     target = load_target(args.target)
     drawn = draw_programs(args.programs, target.supports_tensor_returns)
     table = op_table()

@@ -28,6 +28,7 @@ from .segments import (
     GRAPH_LOCK,
     EagerStep,
     GraphSegment,
+    argument_storages,
     copy_result_back,
     end_graph,
     never_free,
@@ -459,7 +460,14 @@ class BreakableCUDAGraphCapture:
             call = fn
         # Most breaks return None: skip the tree walk of holding a result (capture cost, #9).
         static_result = None if result is None else hold_for_replay(result, self._pool_memory)
-        self._segments.append(EagerStep(name, call, static_result))
+        # Whether each returned tensor aliases an argument must stay as at capture (see
+        # copy_result_back); only breaks that return tensors pay for the walk.
+        memory = (
+            argument_storages((args, kwargs))
+            if static_result is not None and tensor_leaves(static_result)
+            else frozenset()
+        )
+        self._segments.append(EagerStep(name, call, static_result, memory))
 
     # ---- replay and teardown -----------------------------------------------------------------
     def replay(self) -> None:
@@ -483,7 +491,7 @@ class BreakableCUDAGraphCapture:
             for call, returns_tensors, step, launch in plan:
                 result = call()
                 if result is not None or returns_tensors:
-                    copy_result_back(step.name, step.static_result, result)
+                    copy_result_back(step.name, step.static_result, result, step.argument_memory)
                 if launch is not None:
                     launch()
         finally:

@@ -2,7 +2,9 @@
 
 ``GraphSegment`` is one non-empty ``torch.cuda.CUDAGraph``. ``EagerStep`` is a Python call with
 its held arguments and the capture-time result that later graphs read: at replay it runs the call
-once on the current stream and copies each returned tensor into that capture-time result.
+once on the current stream and copies each returned tensor into that capture-time result, which
+is exact only while each returned tensor aliases the break's arguments at replay exactly when it
+did at capture (``copy_result_back`` refuses the rest).
 ``end_graph`` ends a graph's capture and says whether it recorded anything, swallowing only
 torch's empty-graph warning so no empty graph or its warning ever reaches the user.
 """
@@ -139,12 +141,20 @@ class GraphSegment:
 class EagerStep:
     """One eager break: ``call()`` runs the user function on the held arguments."""
 
-    __slots__ = ("call", "name", "returns_tensors", "static_result")  # as GraphSegment's
+    __slots__ = ("argument_memory", "call", "name", "returns_tensors", "static_result")
 
-    def __init__(self, name: str, call: Callable[[], Any], static_result: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        call: Callable[[], Any],
+        static_result: Any,
+        argument_memory: frozenset[int] = frozenset(),
+    ) -> None:
         self.name = name
         self.call: Callable[[], Any] | None = call
         self.static_result = static_result
+        # Storage addresses of the tensor arguments (the same at every replay: they are held).
+        self.argument_memory = argument_memory
         # Most breaks write into buffers and return None; for them replay skips walking the
         # result, which would cost more than the call itself (issue #9).
         self.returns_tensors = static_result is not None and bool(tensor_leaves(static_result))
@@ -159,7 +169,7 @@ class EagerStep:
         finally:
             exit_eager_step()
         if result is not None or self.returns_tensors:
-            copy_result_back(self.name, self.static_result, result)
+            copy_result_back(self.name, self.static_result, result, self.argument_memory)
 
     def release(self) -> None:
         self.call = None
@@ -170,8 +180,23 @@ class EagerStep:
         return f"EagerStep({self.name})"
 
 
-def copy_result_back(name: str, static_result: Any, result: Any) -> None:
-    """Copy the tensors of a replay-time result into the capture-time result later graphs read."""
+def argument_storages(tree: Any) -> frozenset[int]:
+    """The storage addresses of the tensors in ``tree`` (a break's arguments)."""
+    # Empty storages all sit at address 0 and alias nothing.
+    addresses = (t.untyped_storage().data_ptr() for t in tensor_leaves(tree))
+    return frozenset(address for address in addresses if address)
+
+
+def copy_result_back(
+    name: str, static_result: Any, result: Any, argument_memory: frozenset[int] = frozenset()
+) -> None:
+    """Copy the tensors of a replay-time result into the capture-time result later graphs read.
+
+    Exact only while each returned tensor is an argument (or a view of one) at replay exactly
+    when it was at capture: the graphs read a capture-time argument and that result through the
+    same memory, which a fresh tensor at replay cannot split again, and a fresh capture-time
+    result is a copy that later writes to the argument would not reach. Anything else raises.
+    """
     static, fresh = tensor_leaves(static_result), tensor_leaves(result)
     if len(static) != len(fresh):
         raise RuntimeError(
@@ -190,5 +215,17 @@ def copy_result_back(name: str, static_result: Any, result: Any) -> None:
             and old.stride() == new.stride()
             and old.device == new.device
         )
-        if not same_memory:
-            old.copy_(new)
+        if same_memory:
+            continue
+        was_argument = old.untyped_storage().data_ptr() in argument_memory
+        is_argument = new.untyped_storage().data_ptr() in argument_memory
+        if was_argument or is_argument:
+            what = {True: "(a view of) an argument", False: "a new tensor"}
+            raise RuntimeError(
+                f"eager step {name} returned {what[is_argument]} as tensor {index} at replay but "
+                f"{what[was_argument] if was_argument != is_argument else 'another view'} at "
+                "capture; the graphs read that result through its capture-time memory, so "
+                "replay cannot match eager: return the argument every time, or a new tensor "
+                "every time (x.clone() when there is nothing to do)"
+            )
+        old.copy_(new)

@@ -3,12 +3,15 @@
 Every break call, in either mode, goes through a :class:`BreakLog` wrapper applied before
 the target's decorator, so the oracle can see which breaks ran, in what order and on which
 buffers. :class:`CapturedProgram` allocates static inputs, warms up eagerly and captures
-once, all from a side stream of its own, and replays on demand.
+once, all from a side stream of its own, and replays on demand. An engine-shaped program's
+host values are made for each eager run, and for the capture once, then rewritten in place
+before every replay, as a runner does; steps sharing a function slot call one callable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import threading
@@ -18,11 +21,32 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
+from verification.ops.host import HOST_SOURCE, host_argument
 from verification.ops.spec import Decorate, OpSpec
 from verification.programs import Program, produces_value
 from verification.targets import Target
 
 BreakEntry = tuple[int, tuple[int, ...]]
+
+
+# The very text a reproducer prints, so that both make the same host values.
+_HOST_CODE = compile(HOST_SOURCE, "<host values>", "exec")
+
+
+def _host_functions() -> dict[str, Any]:
+    namespace: dict[str, Any] = {"torch": torch, "dataclasses": dataclasses}
+    exec(_HOST_CODE, namespace)
+    return namespace
+
+
+def make_host(count: int, seed: int) -> Any:
+    """A program's host values: a fresh ``HostMeta`` of ``count`` sequences for ``seed``."""
+    return _host_functions()["make_host"](count, seed)
+
+
+def update_host(host: Any, seed: int) -> None:
+    """Rewrites ``host`` in place with ``seed``'s values, as a runner does before a replay."""
+    _host_functions()["update_host"](host, seed)
 
 
 def _identity(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -34,47 +58,107 @@ def _tensor_ptrs(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[int, .
     return tuple(v.data_ptr() for v in leaves if isinstance(v, torch.Tensor))
 
 
+def _aliases(result: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
+    """Whether a tensor of ``result`` shares memory with a tensor argument."""
+    leaves, _ = tree_flatten((args, kwargs))
+    memory = {v.untyped_storage().data_ptr() for v in leaves if isinstance(v, torch.Tensor)}
+    returned, _ = tree_flatten(result)
+    return any(
+        isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() in memory for v in returned
+    )
+
+
 class BreakLog:
     """Records ``(step index, tensor argument data_ptrs)`` once per break step call.
 
     Calls nested inside a logged call (a break calling another decorated function) are not
-    recorded: accounting is per program step.
+    recorded: accounting is per program step. A function shared by several steps is wrapped
+    with those ``steps``: a call made through :meth:`at` logs the step named there; a call
+    the target makes itself (at replay) logs the first of them after the step logged last,
+    which is the step it stands for in a target that replays calls in order (one out of
+    order, or with the wrong step's arguments, then shows as wrong buffers or counts).
+    For ``watch_alias`` functions it also notes in ``aliased`` whether each call's result
+    shared memory with its arguments.
     """
 
     def __init__(self) -> None:
         self.entries: list[BreakEntry] = []
+        self.aliased: list[tuple[int, bool]] = []
+        self._named: int | None = None
+        self._last = -1
         self._depth = 0
 
-    def wrap(self, step: int, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def at(self, step: int, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (a shared function) called for ``step``."""
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._named = step
+            return fn(*args, **kwargs)
+
+        return call
+
+    def _step(self, steps: Sequence[int]) -> int:
+        named, self._named = self._named, None
+        if named is not None:
+            return named
+        return next((s for s in steps if s > self._last), steps[0])
+
+    def wrap(
+        self, step: int | Sequence[int], fn: Callable[..., Any], watch_alias: bool = False
+    ) -> Callable[..., Any]:
+        shared = None if isinstance(step, int) else tuple(step)
+
         @functools.wraps(fn)
         def logged(*args: Any, **kwargs: Any) -> Any:
-            if self._depth == 0:
-                self.entries.append((step, _tensor_ptrs(args, kwargs)))
+            top = self._depth == 0
+            here = step if shared is None else self._step(shared) if top else -1
+            if top:
+                self.entries.append((here, _tensor_ptrs(args, kwargs)))
+                self._last = here
             self._depth += 1
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
             finally:
                 self._depth -= 1
+            if top and watch_alias:
+                self.aliased.append((here, _aliases(result, args, kwargs)))
+            return result
 
         return logged
 
     def take(self) -> list[BreakEntry]:
         entries, self.entries = self.entries, []
+        self._last, self._named = -1, None
         return entries
+
+    def take_aliased(self) -> list[tuple[int, bool]]:
+        aliased, self.aliased = self.aliased, []
+        return aliased
 
 
 def step_callables(
     program: Program, table: Mapping[str, OpSpec], decorate: Decorate, log: BreakLog
 ) -> list[Callable[..., Any]]:
-    """The callable of each step; break steps are logged, then decorated with ``decorate``."""
+    """The callable of each step; break steps are logged, then decorated with ``decorate``.
+    Steps of one op and function slot (``Step.fn``) call one callable, built once."""
 
-    def decorate_step(index: int) -> Decorate:
-        return lambda fn: decorate(log.wrap(index, fn))
+    def decorate_step(index: int | Sequence[int], watch: bool = False) -> Decorate:
+        return lambda fn: decorate(log.wrap(index, fn, watch))
 
+    slots: dict[tuple[str, int], list[int]] = {}
+    for index, step in enumerate(program.steps):
+        if step.fn >= 0:
+            slots.setdefault((step.op, step.fn), []).append(index)
+    shared: dict[tuple[str, int], Callable[..., Any]] = {}
     callables = []
     for index, step in enumerate(program.steps):
         spec = table[step.op]
-        if spec.kind == "break":
+        if step.fn >= 0:
+            key = (step.op, step.fn)
+            if key not in shared:
+                shared[key] = spec.callable_for(decorate_step(slots[key], spec.alias_varies))
+            callables.append(log.at(index, shared[key]))
+        elif spec.kind == "break":
             callables.append(spec.callable_for(decorate_step(index)))
         elif step.brk:
             callables.append(decorate_step(index)(spec.callable_for(_identity)))
@@ -89,18 +173,23 @@ def run_steps(
     callables: Sequence[Callable[..., Any]],
     inputs: Sequence[torch.Tensor],
     hook: Callable[[int, dict[int, torch.Tensor]], None] | None = None,
+    host: Any = None,
 ) -> list[torch.Tensor]:
     """Runs the steps on ``inputs`` and returns the output values, dropping dead values.
 
     ``hook(step index, live values)``, if given, is called before each step and once more
     (index ``len(steps)``) after the last (the property checks inject faults and sleeps there).
+    ``host``: the program's host values, given to each step that names a form of them.
     """
     env: dict[int, torch.Tensor] = dict(enumerate(inputs))
     next_value = len(inputs)
     for index, (step, fn) in enumerate(zip(program.steps, callables)):
         if hook is not None:
             hook(index, env)
-        result = fn(*(env[a] for a in step.args), **step.kwargs)
+        if step.host:
+            result = fn(*(env[a] for a in step.args), host_argument(step.host, host), **step.kwargs)
+        else:
+            result = fn(*(env[a] for a in step.args), **step.kwargs)
         if produces_value(table[step.op]):
             env[next_value] = result
             next_value += 1
@@ -130,10 +219,12 @@ def run_eager(
     device: str,
     log: BreakLog | None = None,
 ) -> list[torch.Tensor]:
-    """The reference: every step eagerly, breaks through the identity decorator."""
+    """The reference: every step eagerly, breaks through the identity decorator, on host
+    values made for ``rng_seed``."""
     callables = step_callables(program, table, _identity, log or BreakLog())
     seed_rng(rng_seed, device)
-    return run_steps(program, table, callables, [x.clone() for x in inputs])
+    host = make_host(program.host, rng_seed) if program.host else None
+    return run_steps(program, table, callables, [x.clone() for x in inputs], host=host)
 
 
 _collector_lock = threading.Lock()
@@ -183,6 +274,10 @@ class CapturedProgram:
         self.log = BreakLog()
         self.device = device
         self.static_inputs = [x.clone() for x in inputs]
+        # The runner's host values: made once, rewritten in place before every replay.
+        self.host = make_host(program.host, rng_seed) if program.host else None
+        # Steps whose result switched between aliasing an argument and not, last replay.
+        self.alias_switched: set[int] = set()
         callables = step_callables(program, table, target.eager_break_during_capture, self.log)
         # Capture from a stream of the harness's own, as real users do, so that a target
         # expecting its caller to pick the stream is exercised correctly.
@@ -190,21 +285,36 @@ class CapturedProgram:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             seed_rng(rng_seed, device)
-            run_steps(program, table, callables, self.static_inputs)
+            run_steps(program, table, callables, self.static_inputs, host=self.host)
             self.log.take()
+            self.log.take_aliased()
             self.capture = target.BreakableCUDAGraphCapture()
             seed_rng(rng_seed, device)
             with collector_paused(), self.capture:
-                self.outputs = run_steps(program, table, callables, self.static_inputs)
+                self.outputs = run_steps(
+                    program, table, callables, self.static_inputs, host=self.host
+                )
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         self.capture_log = self.log.take()
+        self.capture_aliased = dict(self.log.take_aliased())
 
     def replay(self, inputs: Sequence[torch.Tensor], rng_seed: int) -> list[BreakEntry]:
-        """Copies ``inputs`` into the static inputs, replays, and returns the break log."""
+        """Copies ``inputs`` into the static inputs, rewrites the host values for
+        ``rng_seed``, replays, and returns the break log."""
         for static, value in zip(self.static_inputs, inputs):
             static.copy_(value)
+        if self.host is not None:
+            update_host(self.host, rng_seed)
         seed_rng(rng_seed, self.device)
-        self.capture.replay()
-        torch.cuda.synchronize()
-        return self.log.take()
+        try:
+            self.capture.replay()
+            torch.cuda.synchronize()
+        finally:
+            entries = self.log.take()
+            self.alias_switched = {
+                step
+                for step, aliased in self.log.take_aliased()
+                if self.capture_aliased.get(step, aliased) != aliased
+            }
+        return entries

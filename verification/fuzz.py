@@ -67,6 +67,8 @@ class CampaignConfig:
     seconds: float | None = None
     # Only whether the target fails: findings unshrunk, the campaign ends at the first.
     verdict_only: bool = False
+    # Draw engine-shaped programs beside plain ones (default catalog only).
+    engine: bool = True
 
     def command(self, target_name: str, device_kind: str) -> str:
         if self.command_line is not None:
@@ -147,6 +149,8 @@ def _search(
             max_breaks=config.max_breaks,
             ops=config.ops,
             contract=target.contract,
+            # Half the programs take host values and share engine breaks, as an engine does.
+            engine=config.engine,
         )
     )
     examples = config.examples if config.examples is not None else settings.default.max_examples

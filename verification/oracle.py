@@ -5,7 +5,10 @@ fresh inputs and compares every replay with an eager run on the same inputs: out
 (bitwise with NaN == NaN, or within the program's declared tolerance) and the break log
 (one call per break step, in order, on the capture-time buffers). The first violation is
 returned as a :class:`Finding`; an exception from the eager reference is a harness bug
-and raises :class:`InvalidProgram`.
+and raises :class:`InvalidProgram`. A replay that raises an error naming a break whose
+result aliased its argument at capture and not then (or the reverse) is a refusal the
+``returns`` contract allows (replay cannot be exact there), not a finding. Whatever a target
+returns in place of a tensor is a mismatch, never an error of the harness.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ def compare(
 ) -> str | None:
     """``None`` when equal (same dtype, shape, NaNs, and values within ``tol``; one-byte
     floats exactly), else why not."""
+    if not isinstance(actual, torch.Tensor):
+        return f"got {type(actual).__name__} {actual!r:.80}, expected a tensor"
     if actual.dtype != expected.dtype:
         return f"dtype {actual.dtype} != expected {expected.dtype}"
     if actual.shape != expected.shape:
@@ -161,6 +166,19 @@ def _blame(finding: Finding, target: Target, table: Mapping[str, OpSpec]) -> Fin
     return dataclasses.replace(finding, message=message, kind=OP_CONTRACT)
 
 
+def refused(
+    error: BaseException, switched: set[int], program: Program, table: Mapping[str, OpSpec]
+) -> bool:
+    """Whether ``error`` refuses a break that returned its argument on one call and a new
+    tensor on another (steps ``switched``), naming it as the contract asks."""
+    return any(
+        table[program.steps[step].op].alias_varies
+        and table[program.steps[step].op].entry in str(error)
+        for step in switched
+        if 0 <= step < len(program.steps)
+    )
+
+
 def check_program(
     program: Program,
     target: Target,
@@ -223,6 +241,8 @@ def _check(
         try:
             log = captured.replay(fresh, replay_seed)
         except Exception as error:
+            if refused(error, captured.alias_switched, program, table):
+                return None
             return finding("exception", f"replay raised {describe(error)}", replay)
         broken = check_breaks(log, captured.capture_log, break_steps)
         if broken is not None:

@@ -6,10 +6,18 @@ it) and the value numbers it returns. :func:`programs` builds only programs whos
 step fits its arguments (checked with the catalog's ``infer``), from simple choices so
 that hypothesis shrinks a failure to a handful of steps. :func:`make_inputs` gives the
 deterministic input values for a seed.
+
+An engine-shaped program (``programs(engine=True)`` draws them beside the plain ones) also
+takes host values (``Program.host`` sequences of :mod:`verification.ops.host` metadata,
+rewritten in place before every replay), and its engine break steps (the catalog's
+``ENGINE_OPS``) name the form in which they are given those values (``Step.host``) and a
+function slot (``Step.fn``): steps of one op and slot call one decorated function, as every
+layer of a model calls one attention op.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +29,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from verification.contracts import Contract, get_contract
+from verification.ops.host import HOST_FORMS
 from verification.ops.kernels import has_kernel
 from verification.ops.out_buffer import (
     ALLOC,
@@ -35,13 +44,20 @@ from verification.ops.spec import OpSpec, TensorMeta
 
 @dataclass(frozen=True)
 class Step:
-    """One op call: ``op`` reads values ``args``; ``brk`` runs it inside an eager break."""
+    """One op call: ``op`` reads values ``args``; ``brk`` runs it inside an eager break.
+
+    ``host``: the form (:data:`~verification.ops.host.HOST_FORMS`) in which the program's host
+    values are passed after the tensors ("" for none); ``fn``: the function slot an engine
+    break shares with every other step of its op and slot (-1: a function of its own).
+    """
 
     op: str
     args: tuple[int, ...]
     params: tuple[tuple[str, Any], ...]
     brk: bool
     drop: tuple[int, ...] = ()
+    host: str = ""
+    fn: int = -1
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -50,11 +66,15 @@ class Step:
 
 @dataclass(frozen=True)
 class Program:
-    """Inputs are values ``0..len(inputs)-1``; each step with an output defines the next."""
+    """Inputs are values ``0..len(inputs)-1``; each step with an output defines the next.
+
+    ``host``: how many sequences the host metadata describes (0: the program takes none).
+    """
 
     inputs: tuple[TensorMeta, ...]
     steps: tuple[Step, ...]
     outputs: tuple[int, ...]
+    host: int = 0
 
     @property
     def num_breaks(self) -> int:
@@ -66,6 +86,12 @@ def default_ops() -> tuple[OpSpec, ...]:
     from verification.ops import ALL_OPS
 
     return tuple(ALL_OPS.values())
+
+
+def engine_ops() -> tuple[OpSpec, ...]:
+    from verification.ops.breaks import ENGINE_OPS
+
+    return tuple(ENGINE_OPS)
 
 
 def default_input_dtypes() -> tuple[torch.dtype, ...]:
@@ -91,7 +117,9 @@ def _default_table() -> dict[str, OpSpec]:
 # forms each time cost more than the lookup it serves (issue 20).
 @functools.lru_cache(maxsize=16)
 def _table_of(ops: tuple[OpSpec, ...]) -> dict[str, OpSpec]:
-    return {spec.name: spec for spec in with_out_buffer_forms(ops)}
+    table = {spec.name: spec for spec in with_out_buffer_forms(ops)}
+    # Engine ops are named by engine-shaped programs whatever catalog drew the rest.
+    return {**{spec.name: spec for spec in engine_ops()}, **table}
 
 
 def produces_value(spec: OpSpec) -> bool:
@@ -304,8 +332,7 @@ def with_drops(steps: Sequence[Step], outputs: Sequence[int]) -> tuple[Step, ...
         if value not in outputs:
             dying.setdefault(index, []).append(value)
     return tuple(
-        Step(s.op, s.args, s.params, s.brk, tuple(sorted(dying.get(i, ()))))
-        for i, s in enumerate(steps)
+        dataclasses.replace(s, drop=tuple(sorted(dying.get(i, ())))) for i, s in enumerate(steps)
     )
 
 
@@ -319,12 +346,15 @@ def programs(
     input_dtypes: Sequence[torch.dtype] | None = None,
     contract: str | Contract = "returns",
     outputs_may_be_inputs: bool = False,
+    engine: bool = False,
 ) -> Program:
     """Random valid programs of 1..``max_ops`` steps with at most ``max_breaks`` breaks,
     whose breaks keep ``contract`` (under ``out-buffer`` ops with a fresh result run as
     breaks through their out-buffer forms). ``allow_tensor_returns`` is the older spelling of
     ``contract`` (True: ``returns``, False: ``out-buffer``). ``outputs_may_be_inputs``: the
-    program may return its inputs themselves (a check of what a wrapper returns wants that)."""
+    program may return its inputs themselves (a check of what a wrapper returns wants that).
+    ``engine``: half the programs are engine-shaped (host values, shared engine breaks), on
+    the default catalog only."""
     if allow_tensor_returns is not None:
         contract = "returns" if allow_tensor_returns else "out-buffer"
     allow_tensor_returns = get_contract(contract).refreshes_returns
@@ -359,8 +389,28 @@ def programs(
     # The value whose memory each value lives in (itself unless it is a view or in-place result).
     memory: dict[int, int] = {v: v for v in env}
     breaks = 0
+    # Drawn first, so that a failure that needs no engine shape shrinks to a plain program.
+    host = draw(_integers(1, 3)) if engine and ops is None and draw(_booleans) else 0
+    engine_specs = [s for s in engine_ops() if break_step_allowed(s, allow_tensor_returns)]
+    # Arguments of breaks that may return them: an engine reads its logits after the logits
+    # processor too, and only a later read tells an aliased result from a new one.
+    read_after: list[int] = []
     for _ in range(draw(_integers(1, max_ops))):
         live = sorted(env)
+        if host and breaks < max_breaks and draw(_booleans):
+            drawn = _engine_step(draw, engine_specs, live, env, overlapping)
+            if drawn is not None:
+                spec, step = drawn
+                breaks += 1
+                steps.append(step)
+                if spec.alias_varies:
+                    read_after.append(step.args[0])
+                env[next_value] = spec.infer([env[step.args[0]]], step.kwargs)
+                memory[next_value] = memory[step.args[0]]
+                if step.args[0] in overlapping:
+                    overlapping.add(next_value)
+                next_value += 1
+                continue
         # Break ops are few in the catalog; asking for one a quarter of the time keeps
         # every kind of break common. Otherwise the drawn op, or the next one that fits.
         want_break = breaks < max_breaks and draw(_integers(0, 3)) == 3
@@ -441,7 +491,36 @@ def programs(
     chosen = draw(_outputs(tuple(candidates)))
     # The last value is usually the interesting one; a shrunk program keeps it.
     outputs = tuple(sorted({candidates[-1], *chosen} if draw(_booleans) else set(chosen)))
-    return _with_static_buffers(inputs, static, steps, outputs)
+    kept = [v for v in read_after if v in env]
+    if kept and draw(_booleans):
+        outputs = tuple(sorted({*outputs, *kept}))
+    return _with_static_buffers(inputs, static, steps, outputs, host)
+
+
+def _engine_step(
+    draw: st.DrawFn,
+    specs: Sequence[OpSpec],
+    live: Sequence[int],
+    env: Mapping[int, TensorMeta],
+    overlapping: set[int],
+) -> tuple[OpSpec, Step] | None:
+    """An engine break op and its step on one live value, with its host form and function
+    slot; None when no live value fits. Engine ops write their argument in place or return it or
+    a new tensor, so their result shares the argument's memory as far as drawing knows."""
+    spec = draw(_sampled_from(tuple(specs)))
+    fits = tuple(
+        v
+        for v in live
+        if not (spec.mutates and v in overlapping) and spec.infer([env[v]], {}) is not None
+    )
+    if not fits:
+        return None
+    arg = draw(_sampled_from(fits))
+    params = draw(_params(spec.params, (env[arg],)))
+    form = draw(_sampled_from(tuple(HOST_FORMS)))
+    # Mostly the op's one function, as every layer calls one attention; sometimes a second.
+    slot = int(draw(_integers(0, 3)) == 3)
+    return spec, Step(spec.name, (arg,), tuple(sorted(params.items())), True, host=form, fn=slot)
 
 
 def _with_static_buffers(
@@ -449,6 +528,7 @@ def _with_static_buffers(
     static: Sequence[TensorMeta],
     steps: Sequence[Step],
     outputs: tuple[int, ...],
+    host: int = 0,
 ) -> Program:
     """The program with static buffers as inputs after the drawn ones, values renumbered."""
 
@@ -457,6 +537,6 @@ def _with_static_buffers(
             return len(inputs) - v - 1
         return v if v < len(inputs) else v + len(static)
 
-    renumbered = [Step(s.op, tuple(map(number, s.args)), s.params, s.brk) for s in steps]
+    renumbered = [dataclasses.replace(s, args=tuple(map(number, s.args)), drop=()) for s in steps]
     final_outputs = tuple(map(number, outputs))
-    return Program((*inputs, *static), with_drops(renumbered, final_outputs), final_outputs)
+    return Program((*inputs, *static), with_drops(renumbered, final_outputs), final_outputs, host)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from verification.findings import Finding
+from verification.ops.host import HOST_FORMS, HOST_SOURCE
 from verification.ops.spec import OpSpec
 from verification.oracle import program_tolerance
 from verification.programs import Program, input_expr, op_table, produces_value
@@ -32,7 +33,8 @@ def logged_break(step):
             if _depth[0] == 0:
                 leaves = torch.utils._pytree.tree_flatten((args, kwargs))[0]
                 tensors = [a for a in leaves if isinstance(a, torch.Tensor)]
-                CALLS.append((step, tuple(t.data_ptr() for t in tensors)))
+                here = step if isinstance(step, int) else step_of(step)
+                CALLS.append((here, tuple(t.data_ptr() for t in tensors)))
             _depth[0] += 1
             try:
                 return fn(*args, **kwargs)
@@ -43,6 +45,29 @@ def logged_break(step):
 
     return decorate
 '''
+
+# A break function shared by several steps logs the step named by at(); called by the
+# target at replay, the first of its steps after the step logged last.
+_SHARED_STEPS = """
+NAMED = [None]
+
+
+def at(step, fn):
+    # fn, one break function shared by several steps, called for step.
+    def call(*args, **kwargs):
+        NAMED[0] = step
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def step_of(steps):
+    named, NAMED[0] = NAMED[0], None
+    if named is None:
+        last = CALLS[-1][0] if CALLS else -1
+        named = next((s for s in steps if s > last), steps[0])
+    return named
+"""
 
 _CHECK = """
 
@@ -110,8 +135,17 @@ def _break_blocks(program: Program, table: dict[str, OpSpec]) -> list[str]:
     """Source blocks that define ``step_i`` for each break step ``i``, through the decorator
     ``logged_break(i)`` returns."""
     blocks = []
+    for (op, slot), steps in _shared_slots(program).items():
+        spec = table[op]
+        blocks.append(
+            f"# break op {spec.name}: one decorated function called at steps {steps}\n"
+            f"eager_break_during_capture = logged_break({steps})\n"
+            f"{spec.source.strip()}\n\n\n{_shared_name(op, slot)} = {spec.entry}\n"
+        )
     for index, step in enumerate(program.steps):
         spec = table[step.op]
+        if step.fn >= 0:
+            continue
         if spec.kind == "break":
             blocks.append(
                 f"# step {index}: break op {spec.name}\n"
@@ -131,11 +165,27 @@ def _break_blocks(program: Program, table: dict[str, OpSpec]) -> list[str]:
     return blocks
 
 
+def _shared_slots(program: Program) -> dict[tuple[str, int], list[int]]:
+    """The steps of each shared break function (op, slot), in program order."""
+    slots: dict[tuple[str, int], list[int]] = {}
+    for index, step in enumerate(program.steps):
+        if step.fn >= 0:
+            slots.setdefault((step.op, step.fn), []).append(index)
+    return slots
+
+
+def _shared_name(op: str, slot: int) -> str:
+    return f"{op}_{slot}"
+
+
 def _break_definitions(program: Program, table: dict[str, OpSpec]) -> list[str]:
     blocks = _break_blocks(program, table)
     if not blocks:
         return ["def define_breaks():\n    pass\n\n\ndefine_breaks()\n"]
-    names = ", ".join(f"step_{i}" for i, s in enumerate(program.steps) if s.brk)
+    names = ", ".join(
+        [f"step_{i}" for i, s in enumerate(program.steps) if s.brk and s.fn < 0]
+        + [_shared_name(op, slot) for op, slot in _shared_slots(program)]
+    )
     # A function, as the fuzzer builds each run's break callables afresh: the eager
     # reference then runs on breaks of its own, never on the module state of the captured
     # run's (an op that freezes a host value at capture is caught that way).
@@ -150,7 +200,8 @@ def _program_function(program: Program, table: dict[str, OpSpec], hooked: bool =
     """``program(v0, ...)``; ``hooked``: it takes ``hook(step index, live values)`` too, called
     before each step and once after the last, as the harness's ``run_steps`` calls it."""
     inputs = [f"v{i}" for i in range(len(program.inputs))]
-    lines = [f"def program({', '.join([*inputs, *(['hook=None'] if hooked else [])])}):"]
+    extra = [*(["host"] if program.host else []), *(["hook=None"] if hooked else [])]
+    lines = [f"def program({', '.join([*inputs, *extra])}):"]
     if hooked:
         lines.append("    hook = hook or (lambda index, live: None)")
     live = list(range(len(program.inputs)))
@@ -164,7 +215,11 @@ def _program_function(program: Program, table: dict[str, OpSpec], hooked: bool =
         call_hook(index)
         spec = table[step.op]
         args = [f"v{a}" for a in step.args]
-        if step.brk:
+        if step.host:
+            args.append(HOST_FORMS[step.host])
+        if step.fn >= 0:
+            call = _call(f"at({index}, {_shared_name(step.op, step.fn)})", args, step.params)
+        elif step.brk:
             call = _call(f"step_{index}", args, step.params)
         else:
             call = spec.expr.format(*args, **{k: repr(v) for k, v in step.params})
@@ -247,13 +302,62 @@ def render_reproducer(
     entry = '\n\nif __name__ == "__main__":\n' + (
         "    with simulated_cuda():\n        main()\n" if simulated else "    main()\n"
     )
+    if program.host:
+        header = header.replace("import functools\n", "import dataclasses\nimport functools\n", 1)
+        constants += f"HOST_SEQUENCES = {program.host}\n"
+    may_refuse = sorted({table[s.op].entry for s in program.steps if table[s.op].alias_varies})
+    if may_refuse:
+        constants += f"MAY_REFUSE = {may_refuse}\n"
     parts = [
         header + constants + _PRELUDE,
+        *([_SHARED_STEPS] if _shared_slots(program) else []),
+        *([HOST_SOURCE] if program.host else []),
         *_break_definitions(program, table),
         _inputs_function(program),
         _program_function(program, table),
     ]
-    return "\n\n".join(part.strip("\n") + "\n" for part in parts) + _CHECK + entry
+    check = _with_host(_CHECK) if program.host else _CHECK
+    if may_refuse:
+        check = _with_refusal(check)
+    return "\n\n".join(part.strip("\n") + "\n" for part in parts) + check + entry
+
+
+def _with_refusal(check: str) -> str:
+    """The check loop of a program with a break that may return its argument on one call and
+    a new tensor on another: a replay error naming that break is the contract's refusal."""
+    old = "        capture.replay()\n"
+    new = (
+        "        try:\n"
+        "            capture.replay()\n"
+        "        except RuntimeError as error:\n"
+        "            if not any(name in str(error) for name in MAY_REFUSE):\n"
+        "                raise\n"
+        '            print(f"reproducer passed: the target refused the break: {error}")\n'
+        "            return\n"
+    )
+    assert old in check
+    return check.replace(old, new)
+
+
+def _with_host(check: str) -> str:
+    """The check loop of a program with host values: made once for the capture and rewritten
+    in place before each replay, as a runner does; the eager reference gets its own."""
+    swaps = (
+        ("program(*static)  # eager warm-up", "program(*static, host)  # eager warm-up"),
+        ("with capture:\n            outputs = program(*static)",
+         "with capture:\n            outputs = program(*static, host)"),
+        ("    static = [x.clone() for x in make_inputs(SEED)]\n",
+         "    static = [x.clone() for x in make_inputs(SEED)]\n"
+         "    host = make_host(HOST_SEQUENCES, SEED)  # the runner's, rewritten before replays\n"),
+        ("expected = program(*[x.clone() for x in fresh])",
+         "expected = program(*[x.clone() for x in fresh], make_host(HOST_SEQUENCES, seed))"),
+        ("        seed_rng(seed)\n        capture.replay()",
+         "        update_host(host, seed)\n        seed_rng(seed)\n        capture.replay()"),
+    )  # fmt: skip
+    for old, new in swaps:
+        assert old in check, old
+        check = check.replace(old, new)
+    return check
 
 
 def write_reproducer(directory: Path, name: str, text: str) -> Path:

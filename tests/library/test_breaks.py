@@ -338,3 +338,50 @@ def test_replaying_segment_by_segment_checks_what_each_break_returns(
     with pytest.raises(RuntimeError, match="returned"):
         for segment in steps:
             segment.replay()
+
+
+@pytest.mark.parametrize("aliased_at_capture", [True, False])
+@pytest.mark.parametrize("view", [False, True])
+def test_break_returning_its_argument_on_some_calls_only_is_refused_by_name(
+    bcg_device: str, aliased_at_capture: bool, view: bool
+) -> None:
+    # A logits processor returns its input when it has nothing to do and a new tensor
+    # otherwise. The graphs read the result and the argument through one memory, so no copy
+    # can replay that as eager: replay must refuse it, naming the break.
+    bias = [0.0 if aliased_at_capture else 1.0]
+
+    @eager_break_during_capture
+    def logit_bias(logits: torch.Tensor) -> torch.Tensor:
+        if bias[0] == 0.0:
+            return logits.view(logits.shape) if view else logits
+        return logits + bias[0]
+
+    x = torch.ones(4, device=bcg_device)
+    with BreakableCUDAGraphCapture() as capture:
+        logits = x * 2
+        biased = logit_bias(logits)
+        (logits + biased).sum()
+    capture.replay()  # unchanged: the same kind of result as at capture
+    bias[0] = 1.0 if aliased_at_capture else 0.0
+    with pytest.raises(RuntimeError, match=r"eager step .*logit_bias returned"):
+        capture.replay()
+
+
+@pytest.mark.parametrize("always", ["argument", "new"])
+def test_break_returning_its_argument_every_time_or_a_new_tensor_every_time_replays(
+    bcg_device: str, always: str
+) -> None:
+    bias = [1.0]
+
+    @eager_break_during_capture
+    def processed(logits: torch.Tensor) -> torch.Tensor:
+        return logits.add_(bias[0]) if always == "argument" else logits + bias[0]
+
+    x = torch.ones(4, device=bcg_device)
+    with BreakableCUDAGraphCapture() as capture:
+        logits = x * 2
+        total = processed(logits) + logits
+    bias[0] = 3.0
+    capture.replay()
+    expected = 10.0 if always == "argument" else 7.0  # (2 + 3) * 2, or (2 + 3) + 2
+    assert torch.equal(total, torch.full_like(total, expected))

@@ -5,6 +5,11 @@ Each op is standalone Python ``source`` whose uncapturable functions carry the d
 ``eager_break_during_capture``; ``entry`` is what a program step calls. Every op is a
 deterministic function of its inputs' values (except ``rng=True`` ones), tolerates NaN
 inputs, and either writes into an input listed in ``mutates`` or returns a fresh tensor.
+
+``ENGINE_OPS`` are the breaks of an engine's forward pass: each takes one tensor and the
+program's host values (:mod:`verification.ops.host`, in any of its forms) and reads those at
+every call. They are drawn only by engine-shaped programs, which share one decorated function
+among several steps.
 """
 
 from __future__ import annotations
@@ -378,5 +383,82 @@ def do_nothing(x):
 """,
         "do_nothing({0})",
         outputs=0,
+    ),
+]
+
+
+# Every int and CPU tensor in a host value, summed, whatever form the step passes it in.
+HOST_READ = """
+def host_total(host):
+    if isinstance(host, torch.Tensor):
+        return int(host.sum())
+    if isinstance(host, int):
+        return host
+    if isinstance(host, dict):
+        return sum(host_total(v) for v in host.values())
+    if isinstance(host, (list, tuple)):
+        return sum(host_total(v) for v in host)
+    if dataclasses.is_dataclass(host):
+        return sum(host_total(getattr(host, f.name)) for f in dataclasses.fields(host))
+    return 0
+"""
+
+
+def _nested(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.booleans().map(lambda nested: {"nested": nested})
+
+
+def _view(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.booleans().map(lambda view: {"view": view})
+
+
+ENGINE_OPS: list[OpSpec] = [
+    break_op(
+        "attention",
+        1,
+        _float_same,
+        HOST_READ
+        + """
+# As an engine's attention op: it writes into the tensor it is given and returns nothing.
+@eager_break_during_capture
+def attend_(x, host):
+    # Its scale depends on the host's sequence lengths.
+    x.mul_(1.0 / (1 + host_total(host) % 7))
+
+
+@eager_break_during_capture
+def block_(x, host):
+    attend_(x, host)  # a decorated op calling another
+    x.add_(host_total(host) % 3)
+
+
+def attention(x, host, *, nested):
+    (block_ if nested else attend_)(x, host)
+    return x
+""",
+        "attention({0}, {host}, nested={nested})",
+        params=_nested,
+        mutates=(0,),
+        aliasing="inplace",
+    ),
+    break_op(
+        "logit_bias",
+        1,
+        _float_same,
+        HOST_READ
+        + """
+@eager_break_during_capture
+def logit_bias(logits, host, *, view):
+    bias = host_total(host) % 3
+    if bias == 0:
+        # Nothing to do: the input itself (or a view of it), as logits processors return.
+        return logits.view(logits.shape) if view else logits
+    return logits + bias
+""",
+        "logit_bias({0}, {host}, view={view})",
+        params=_view,
+        # Its result may share the argument's memory (generation treats it as a view).
+        aliasing="view",
+        alias_varies=True,
     ),
 ]

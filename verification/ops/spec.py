@@ -66,6 +66,9 @@ class OpSpec:
     tensors the program allocates for them (captured or static); ``buffer_metas(metas,
     params)`` gives their metas from the other arguments' metas. ``infer`` of such an op
     also accepts the other arguments' metas alone.
+
+    ``alias_varies``: a break whose result is its argument (or a view of it) on some calls and
+    a new tensor on others; a target may refuse it at replay with an error naming ``entry``.
     """
 
     name: str
@@ -87,6 +90,7 @@ class OpSpec:
     overlapping: bool = False
     out_buffers: int = 0
     buffer_metas: Callable[[Sequence[TensorMeta], Params], tuple[TensorMeta, ...]] | None = None
+    alias_varies: bool = False
 
     def callable_for(self, decorate: Decorate) -> Callable[..., Any]:
         """The callable a step runs; break ops are built from ``source`` with ``decorate``."""

@@ -188,13 +188,15 @@ def _nested_break_asserts(lib: ModuleType) -> None:
 def _unordered_side_stream(lib: ModuleType) -> None:
     init = lib.segments.EagerStep.__init__
 
-    def __init__(self: Any, name: str, call: Callable[[], Any], static_result: Any) -> None:
+    def __init__(
+        self: Any, name: str, call: Callable[[], Any], static_result: Any, *rest: Any
+    ) -> None:
         def on_side_stream() -> Any:
             side = torch.cuda.Stream()  # never waits for the caller, nor the caller for it
             with torch.cuda.stream(side):
                 return call()
 
-        init(self, name, on_side_stream, static_result)  # what every replay runs
+        init(self, name, on_side_stream, static_result, *rest)  # what every replay runs
 
     lib.segments.EagerStep.__init__ = __init__
 

@@ -8,6 +8,7 @@ one pool, and an eager record per break. With no bug it is correct; each name in
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from types import SimpleNamespace, TracebackType
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 
 BUGS: dict[str, str] = {
     "eager_not_recorded": "a break runs at capture but is not kept for replay",
@@ -30,7 +31,29 @@ BUGS: dict[str, str] = {
     "eager_only_first_replay": "breaks run only on the first replay",
     "first_segment_dropped": "the graph before the first break is never replayed",
     "graphs_reversed": "graph segments replay in reverse order",
+    # Engine-shaped programs (one decorated op called at many steps, host values rewritten in
+    # place between replays, a break that returns its argument on some calls) find these.
+    "record_keyed_by_function": (
+        "breaks are recorded per function, so a later call of a shared op overwrites the "
+        "arguments of its earlier calls"
+    ),
+    "host_args_snapshot": "a break's non-tensor arguments are deep-copied at capture",
+    "args_rebuilt_by_pytree": (
+        "a break's arguments are rebuilt with pytree's tree_map at capture, which copies "
+        "every list, so a list the runner rewrites in place is stale at replay"
+    ),
+    "result_copied_into_argument": (
+        "a new result at replay is copied into the argument a break returned at capture"
+    ),
 }
+
+# The bugs only engine-shaped programs reach (tests/harness/test_engine_programs.py).
+ENGINE_BUGS: tuple[str, ...] = (
+    "record_keyed_by_function",
+    "host_args_snapshot",
+    "args_rebuilt_by_pytree",
+    "result_copied_into_argument",
+)
 
 
 @dataclass
@@ -39,6 +62,30 @@ class _Eager:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     result: Any
+    # Storage addresses of its tensor arguments: whether a result aliases one must not change.
+    memory: frozenset[int] = frozenset()
+
+
+def _storages(tree: Any) -> frozenset[int]:
+    leaves, _ = tree_flatten(tree)
+    return frozenset(t.untyped_storage().data_ptr() for t in leaves if isinstance(t, torch.Tensor))
+
+
+def _keep_tensors(tree: Any) -> dict[int, Any]:
+    """A deepcopy memo that keeps every tensor in ``tree`` (containers, dataclasses) as itself."""
+    found: dict[int, Any] = {}
+    if isinstance(tree, torch.Tensor):
+        found[id(tree)] = tree
+    elif isinstance(tree, (list, tuple)):
+        for value in tree:
+            found.update(_keep_tensors(value))
+    elif isinstance(tree, dict):
+        for value in tree.values():
+            found.update(_keep_tensors(value))
+    elif hasattr(tree, "__dataclass_fields__"):
+        for name in tree.__dataclass_fields__:
+            found.update(_keep_tensors(getattr(tree, name)))
+    return found
 
 
 class _Capture:
@@ -50,6 +97,7 @@ class _Capture:
         self.pool = torch.cuda.graph_pool_handle() if pool is None else pool
         self.stream = stream
         self.segments: list[Any] = []
+        self.by_function: dict[Any, _Eager] = {}
         self.replays = 0
         self._context: Any = None
 
@@ -98,8 +146,18 @@ class _Capture:
             else args
         )
         kept_kwargs = {} if "kwargs_lost" in self.bugs else kwargs
+        if "host_args_snapshot" in self.bugs:
+            # Tensors stay shared; lists, ints and the objects holding them are frozen.
+            kept_args = copy.deepcopy(kept_args, _keep_tensors(kept_args))
+        if "args_rebuilt_by_pytree" in self.bugs:
+            kept_args = tree_map(lambda leaf: leaf, kept_args)
+        eager = _Eager(fn, kept_args, kept_kwargs, result, _storages((args, kwargs)))
+        if "record_keyed_by_function" in self.bugs:
+            earlier = self.by_function.setdefault(fn, eager)
+            earlier.args, earlier.kwargs = eager.args, eager.kwargs
+            eager = earlier
         if "eager_not_recorded" not in self.bugs:
-            self.segments.append(_Eager(fn, kept_args, kept_kwargs, result))
+            self.segments.append(eager)
         self._begin()
         return result
 
@@ -133,8 +191,18 @@ class _Capture:
             fresh, _ = tree_flatten(result)
             kept, _ = tree_flatten(eager.result)
             for new, old in zip(fresh, kept):
-                if isinstance(old, torch.Tensor):
-                    old.copy_(new)
+                if not isinstance(old, torch.Tensor) or new.data_ptr() == old.data_ptr():
+                    continue
+                # A result that aliased an argument at capture and not now (or the reverse)
+                # cannot replay as eager: the graphs read both through one memory.
+                was = old.untyped_storage().data_ptr() in eager.memory
+                now = new.untyped_storage().data_ptr() in eager.memory
+                if (was or now) and "result_copied_into_argument" not in self.bugs:
+                    raise RuntimeError(
+                        f"break {eager.fn.__name__} returned its argument on one call and a "
+                        "new tensor on another"
+                    )
+                old.copy_(new)
 
     def replay(self) -> None:
         for segment in self._schedule():

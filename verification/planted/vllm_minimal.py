@@ -15,6 +15,7 @@ not keep intermediates alive; the caller keeps its buffers alive. :func:`build` 
 
 from __future__ import annotations
 
+import copy
 import functools
 import threading
 from collections.abc import Callable
@@ -22,7 +23,6 @@ from types import SimpleNamespace, TracebackType
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map
 
 from breakable_cudagraph import collector
 
@@ -53,6 +53,27 @@ def _weak_ref(value: Any) -> Any:
     )
     empty = torch.empty((), dtype=value.dtype, device=value.device)
     return empty.set_(alias, value.storage_offset(), value.size(), value.stride())
+
+
+def _weak_refs(tree: Any) -> Any:
+    """``tree`` with device tensors replaced by :func:`_weak_ref`; a list, tuple or dict none
+    of whose items changed is kept as itself, since the runner may rewrite it in place before
+    a replay (a list of sequence lengths) and the break must see that at replay."""
+    if isinstance(tree, (list, tuple)):
+        items = [_weak_refs(item) for item in tree]
+        if all(a is b for a, b in zip(items, tree)):
+            return tree
+        if isinstance(tree, tuple) and hasattr(type(tree), "_fields"):
+            return type(tree)(*items)
+        return type(tree)(items)
+    if isinstance(tree, dict):
+        values = {key: _weak_refs(value) for key, value in tree.items()}
+        if all(values[key] is tree[key] for key in tree):
+            return tree
+        rebuilt = copy.copy(tree)
+        rebuilt.update(values)
+        return rebuilt
+    return _weak_ref(tree)
 
 
 class _Capture:
@@ -136,7 +157,7 @@ class _Capture:
             replay_kwargs = {}
         self._close_segment()
         if self.hold == "weak":  # between segments: nothing of this lands in a graph
-            replay_args, replay_kwargs = tree_map(_weak_ref, (replay_args, replay_kwargs))
+            replay_args, replay_kwargs = _weak_refs((replay_args, replay_kwargs))
         step = ("eager", functools.partial(fn, *replay_args, **replay_kwargs))
         if "eager_before_feeding_graph" in self.bugs:
             self.segments.insert(len(self.segments) - 1, step)

@@ -30,6 +30,9 @@ class ScriptProgram:
     the harness's for its ops, and ``one_graph`` is the same program with every break inlined
     (None when a break cannot be)."""
 
+    # Property checks draw programs without host values (``Program.host``).
+    host = 0
+
     def __init__(
         self,
         define: Callable[[Any], Callable[..., list[Any]]],
@@ -69,7 +72,12 @@ def step_callables(program: ScriptProgram, table: Any, decorate: Any, log: Any) 
 
 
 def run_steps(
-    program: ScriptProgram, table: Any, callables: Any, inputs: Any, hook: Any = None
+    program: ScriptProgram,
+    table: Any,
+    callables: Any,
+    inputs: Any,
+    hook: Any = None,
+    host: Any = None,
 ) -> list[Any]:
     return callables(*inputs, hook=hook)
 
