@@ -5,8 +5,10 @@ One decorated attention break is called in every layer; it reads the sequence le
 host prepares before each replay (a Python list, updated in place, in an attention-metadata
 object). A logits-processor break applies a logit bias the host sets per step and has nothing
 to do without one: under a contract that refreshes returned tensors it returns its input then
-and a new tensor otherwise (a new one at capture, so that replay copies into a tensor of its
-own); under ``out-buffer`` it writes into the buffer it is given. The runner captures every
+and a new tensor otherwise; under ``out-buffer`` it writes into the buffer it is given. Whether
+a capture has a bias to apply is drawn per capture and kept by its replays (new values each
+time), so each capture's processor returns its input every time or a new tensor every time: a
+switch between the two is a case the contract lets a target refuse, which the fuzzer draws. The runner captures every
 batch size of a drawn :class:`~verification.properties.capture_set.CaptureSet` into one pool,
 largest first, on a stream of its own, then replays them in the drawn order on the drawn
 stream, after copying new tokens into the static buffers, and drops and re-captures some;
@@ -52,7 +54,7 @@ RTOL = ATOL = 1e-4
 # An example costs about ten fuzz examples: the hypothesis budget is divided by this.
 COST = 10
 # The scenario run first, whatever is drawn: every size, out of order, one re-capture,
-# replayed on a stream neither captured on, the bias switching on and off.
+# replayed on a stream neither captured on, one capture with a bias and one without.
 CANONICAL: dict[str, Any] = {
     "capture_set": {
         "sizes": (3, 1),
@@ -61,7 +63,7 @@ CANONICAL: dict[str, Any] = {
         "capture_stream": "runner",
         "replay_stream": "other",
     },
-    "biased": (False, True, False),
+    "biased": (False, True),
 }
 
 
@@ -182,7 +184,7 @@ def _step_inputs(
 
 
 def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
-    """Why the runner loop of ``scenario`` (a capture set and, per replay, whether a logit
+    """Why the runner loop of ``scenario`` (a capture set and, per capture, whether a logit
     bias is set) differs from eager, or None."""
     capture_set = CaptureSet(**scenario["capture_set"])
     biased = tuple(scenario["biased"])
@@ -216,7 +218,9 @@ def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
         elif given is not None:
             around = torch.cuda.stream(given)
         runner.wait_stream(caller)
-        state.bias.update({0: 1.0})  # a bias at capture: a new tensor the replays copy into
+        state.bias.clear()  # what the last replay set
+        if biased[index % len(biased)]:  # a new tensor the replays copy into
+            state.bias.update({0: 1.0})
         with torch.cuda.stream(runner):
             model.forward(tokens[:size], last[:size], metadata, state, breaks)  # warm-up
             if given is not None:
@@ -238,7 +242,7 @@ def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
     def replay(index: int, number: int) -> str | None:
         size = capture_set.sizes[index]
         fresh, lengths, bias = _step_inputs(
-            config.seed * 1000 + number, size, biased[number % len(biased)]
+            config.seed * 1000 + number, size, biased[index % len(biased)]
         )
         metadata.lengths[:size] = lengths
         state.bias.clear()
@@ -299,7 +303,7 @@ def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
 
 
 def scenarios() -> st.SearchStrategy[dict[str, Any]]:
-    """Engine scenarios as plain data: a capture set, and per replay whether a bias is set."""
+    """Engine scenarios as plain data: a capture set, and per capture whether a bias is set."""
     return st.builds(
         lambda capture_set, biased: {"capture_set": capture_set.as_data(), "biased": biased},
         capture_sets(max_captures=3),
