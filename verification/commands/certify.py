@@ -24,8 +24,8 @@ from verification.certify.schedule import schedule
 from verification.commands.options import (
     add_common,
     at_least,
+    budget_seconds,
     campaign_config,
-    positive_seconds,
     print_finding,
     writable_dir,
 )
@@ -80,11 +80,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     certify.add_argument(
         "--budget",
-        type=positive_seconds,
+        type=budget_seconds,
+        default=_PROFILE_BUDGET,
         metavar="SECONDS",
-        help="wall-clock seconds for the checks, spread over fuzz and the property checks "
-        f"(default: the profile's; {_default_budget_words()}); start-up and the planted-bug "
-        "evidence come on top",
+        help="wall-clock seconds for the checks, spread over fuzz and the property checks, or "
+        f"none for the example counts alone (default: the profile's; {_default_budget_words()}); "
+        "start-up and the planted-bug evidence come on top",
     )
     certify.add_argument(
         "--sensitivity",
@@ -110,6 +111,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 SENSITIVITY_CHOICES = ("cached", "fresh", "off")
+# --budget's default: the profile's budget (None is a value of its own: no budget).
+_PROFILE_BUDGET = "profile"
 
 
 def _budget_words(name: str) -> str:
@@ -162,10 +165,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     began = time.perf_counter()
     kind = resolve_device(args.device)
     profile = PROFILES[args.profile]
-    budget = args.budget if args.budget is not None else profile.budget_s
+    budget = profile.budget_s if args.budget == _PROFILE_BUDGET else args.budget
     overrides = {}
-    if args.budget is not None and args.budget != profile.budget_s:
-        overrides["budget"] = args.budget
+    if budget != profile.budget_s:
+        overrides["budget"] = "none" if budget is None else budget
     for name in ("examples", "max_ops", "max_breaks", "replays"):
         if getattr(args, name) is None:
             setattr(args, name, getattr(profile, name))

@@ -50,6 +50,11 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def budget_seconds(text: str) -> float | None:
+    """``positive_seconds``, or ``none``: no time budget, the example counts alone."""
+    return None if text.strip().lower() == "none" else positive_seconds(text)
+
+
 def add_common(parser: argparse.ArgumentParser, defaults: bool) -> None:
     """Options of the campaign commands; ``defaults=False`` leaves budgets to certify's profile."""
     from_profile = "" if defaults else " (default: the profile's)"
