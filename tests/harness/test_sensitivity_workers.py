@@ -99,3 +99,15 @@ def test_the_budget_is_split_over_fuzz_and_the_checks_by_device():
     assert (gpu.jobs, gpu.concurrent, gpu.workers) == (7, True, 8)
     unbudgeted = schedule(None, "sim", checks=7, cpus=2)
     assert (unbudgeted.fuzz_s, unbudgeted.property_s) == (None, None)
+
+
+def test_a_budget_is_seconds_or_none_and_nothing_else():
+    import argparse
+    import math
+
+    from verification.commands.options import budget_seconds
+
+    assert budget_seconds("12.5") == 12.5 and budget_seconds("none") == math.inf
+    for bad in ("0", "-3", "abc", "inf"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            budget_seconds(bad)

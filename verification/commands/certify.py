@@ -10,6 +10,7 @@ terminal it logs a line as each check starts and one as it ends, and the verdict
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 import time
@@ -81,7 +82,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     certify.add_argument(
         "--budget",
         type=budget_seconds,
-        default=_PROFILE_BUDGET,
         metavar="SECONDS",
         help="wall-clock seconds for the checks, spread over fuzz and the property checks, or "
         f"none for the example counts alone (default: the profile's; {_default_budget_words()}); "
@@ -111,8 +111,6 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 SENSITIVITY_CHOICES = ("cached", "fresh", "off")
-# --budget's default: the profile's budget (None is a value of its own: no budget).
-_PROFILE_BUDGET = "profile"
 
 
 def _budget_words(name: str) -> str:
@@ -165,7 +163,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     began = time.perf_counter()
     kind = resolve_device(args.device)
     profile = PROFILES[args.profile]
-    budget = profile.budget_s if args.budget == _PROFILE_BUDGET else args.budget
+    # --budget none is infinity: no time budget, the example counts alone.
+    budget = profile.budget_s if args.budget is None else args.budget
+    budget = None if budget == math.inf else budget
     overrides = {}
     if budget != profile.budget_s:
         overrides["budget"] = "none" if budget is None else budget

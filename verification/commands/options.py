@@ -12,6 +12,7 @@ is the one way a command prints a finding with its reproducer.
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -50,9 +51,9 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def budget_seconds(text: str) -> float | None:
-    """``positive_seconds``, or ``none``: no time budget, the example counts alone."""
-    return None if text.strip().lower() == "none" else positive_seconds(text)
+def budget_seconds(text: str) -> float:
+    """``positive_seconds``, or ``none`` (infinity): no time budget, the example counts alone."""
+    return math.inf if text.strip().lower() == "none" else positive_seconds(text)
 
 
 def add_common(parser: argparse.ArgumentParser, defaults: bool) -> None:
