@@ -8,7 +8,7 @@ Both are timed in this process's CPU time (``time.process_time``, so that other 
 shared machine inflate neither), the median of ``--rounds`` rounds after one untimed round,
 and written as a Markdown table.
 
-Usage: ``python -m bench.bisect [--device sim|cuda] [--steps 8] [--rounds 3] [--out FILE]``.
+Usage: ``python -m bench.bisect_time [--device sim|cuda] [--steps 8] [--rounds 3] [--out FILE]``.
 """
 
 from __future__ import annotations
