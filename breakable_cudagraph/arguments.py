@@ -33,8 +33,8 @@ class PoolMemory:
 
     ``held`` maps ``id(tensor)`` to ``(tensor, tensor.data_ptr())`` for each plain tensor
     argument found outside the pool and so held by strong reference: a later break given the
-    same tensor, still at the same address, holds it again without a lookup (most breaks take the same buffers every time,
-    issue 23). The entry keeps the tensor alive, so its id is not reused meanwhile, and holding
+    same tensor, still at the same address, holds it again without a lookup (most breaks take
+    the same buffers every time). The entry keeps the tensor alive, so its id is not reused meanwhile, and holding
     it again changes no lifetime; a tensor whose storage was swapped since has moved and is
     looked up afresh. The capture empties it with ``forget_held`` when it closes.
     """
@@ -53,7 +53,7 @@ class PoolMemory:
             (segment["address"], segment["address"] + segment["total_size"])
             # The whole snapshot, not torch's ``mempool_id=`` form: asked for the pool alone
             # during a capture, torch 2.11 crashed the process on the H200 (segfaults in two
-            # suite workers, 2026-12-03 call G).
+            # suite workers).
             for segment in torch.cuda.memory_snapshot()
             if tuple(segment.get("segment_pool_id") or ()) == self._pool
         ]
@@ -98,7 +98,7 @@ def non_owning_alias(tensor: torch.Tensor) -> torch.Tensor:
     storage = tensor.untyped_storage()
     borrowed = _construct_storage(storage.data_ptr(), tensor.device, storage.nbytes())
     # new_empty rather than torch.empty(..., dtype=, device=): same tensor, a third of the
-    # argument parsing, and every break pays it at capture (issue #9).
+    # argument parsing, and every break pays it at capture.
     alias = tensor.new_empty(0)
     return alias.set_(borrowed, tensor.storage_offset(), tensor.size(), tensor.stride())
 
@@ -106,7 +106,7 @@ def non_owning_alias(tensor: torch.Tensor) -> torch.Tensor:
 def hold_for_replay(tree: Any, pool_memory: PoolMemory) -> Any:
     """``tree`` with pool tensors replaced by non-owning aliases and the rest held as they are."""
     # Keyed by id: the tree keeps every leaf alive meanwhile, and each tensor is inspected
-    # once (the walk is most of a break's capture cost, issue #9).
+    # once (the walk is most of a break's capture cost).
     candidates: dict[int, int] = {}
     for tensor in tensor_leaves(tree):
         if id(tensor) not in candidates:
@@ -135,7 +135,7 @@ def hold_call_arguments(
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``hold_for_replay((args, kwargs), pool_memory)``, without the tree walk when no keyword
     arguments are given and every positional one is a plain tensor, a number, a string or None
-    (each break pays this at capture, issue #9)."""
+    (each break pays this at capture)."""
     if kwargs or type(args) is not tuple:
         return hold_for_replay((args, kwargs), pool_memory)
     held = pool_memory.held

@@ -179,7 +179,7 @@ def _capture_stream(caller: torch.cuda.Stream) -> torch.cuda.Stream:
     default stream, on which CUDA refuses to capture.
 
     Capturing on the stream that replays matters for speed, not correctness. On the H200
-    (torch 2.11, issue 23) a chain captured on a stream of its own, whose eager step therefore
+    (torch 2.11) a chain captured on a stream of its own, whose eager step therefore
     ran there at capture, replays every kernel about 0.18 us slower on the caller's stream:
     +46 to +52 us at one break for a 256-kernel body, against +1.5 to +3.5 us when the same
     chain is captured on the caller's stream (``bench/probes/state_trigger.py``).
@@ -232,7 +232,7 @@ class BreakableCUDAGraphCapture:
         # that opens the chain, if any, then per eager step its call, whether its
         # capture-time result holds tensors, the step itself (for its result's check) and the
         # launch of the graph that follows it, if any. One entry per break rather than per
-        # segment: replay runs this loop once per break (issue 23).
+        # segment: replay runs this loop once per break.
         self._replay_head: Callable[[], None] | None = None
         self._replay_plan: list[_PlanEntry] = []
         # Empty graphs are kept until the capture closes: resetting one mid-capture could drop
@@ -300,7 +300,7 @@ class BreakableCUDAGraphCapture:
         eager = graphs_disabled(self.enabled)
         if not eager and self.gc_collect:
             # Freeing memory for the graph, as torch.cuda.graph does, is opt-in: it costs
-            # about 0.3 ms per capture on the H200 (issue 9), and empty_cache's cudaFree
+            # about 0.3 ms per capture on the H200, and empty_cache's cudaFree
             # invalidates another thread's capture in global mode. Only the caller's stream
             # is synced, not the device: a device-wide sync invalidates another thread's
             # capture even in thread_local mode, while a stream sync is legal there.
@@ -423,7 +423,7 @@ class BreakableCUDAGraphCapture:
         self._end_graph()
         try:
             # enter/exit rather than a generator-based context manager, which costs more than
-            # the rest of the bookkeeping (issue #9).
+            # the rest of the bookkeeping.
             enter_eager_step()
             try:
                 result = fn(*args, **kwargs)
@@ -458,7 +458,7 @@ class BreakableCUDAGraphCapture:
             )
         else:
             call = fn
-        # Most breaks return None: skip the tree walk of holding a result (capture cost, #9).
+        # Most breaks return None: skip the tree walk of holding a result (a capture cost).
         static_result = None if result is None else hold_for_replay(result, self._pool_memory)
         # Whether each returned tensor aliases an argument must stay as at capture (see
         # copy_result_back); only breaks that return tensors pay for the walk.
@@ -479,7 +479,7 @@ class BreakableCUDAGraphCapture:
         # The first graph is launched before any bookkeeping, so the GPU starts as early as
         # with a bare list of launches; then one eager-step mark covers the rest of the chain
         # rather than one mark per step: graph launches run no Python, and marking each step
-        # cost more than the rest of a break's replay (issue #9).
+        # cost more than the rest of a break's replay.
         head = self._replay_head
         if head is not None:
             head()

@@ -68,7 +68,7 @@ def _capture_end_recording(graph: torch.cuda.CUDAGraph) -> list[warnings.Warning
 
     What ``catch_warnings(record=True)`` and ``simplefilter("always")`` do, less their copy of
     the caller's filters and second filter mutation: every segment pays this at capture
-    (issue #9). The caller holds ``_WARNINGS_LOCK``.
+    The caller holds ``_WARNINGS_LOCK``.
     """
     if not _CAN_SWAP:
         with warnings.catch_warnings(record=True) as caught:
@@ -79,7 +79,7 @@ def _capture_end_recording(graph: torch.cuda.CUDAGraph) -> list[warnings.Warning
     module = warnings
     filters, showwarning, impl = module.filters, module.showwarning, module._showwarnmsg_impl
     # A showwarning the caller replaced would be called instead of the recorder; the usual
-    # one is left in place (one swap less per segment, issue 23).
+    # one is left in place (one swap less per segment).
     replaced = showwarning is not module._showwarning_orig
     module.filters = [_ALWAYS]
     module._filters_mutated()
@@ -156,7 +156,7 @@ class EagerStep:
         # Storage addresses of the tensor arguments (the same at every replay: they are held).
         self.argument_memory = argument_memory
         # Most breaks write into buffers and return None; for them replay skips walking the
-        # result, which would cost more than the call itself (issue #9).
+        # result, which would cost more than the call itself.
         self.returns_tensors = static_result is not None and bool(tensor_leaves(static_result))
 
     def replay(self) -> None:

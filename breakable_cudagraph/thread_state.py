@@ -14,7 +14,7 @@ from typing import Any
 class _ThreadState(threading.local):
     # Class-level defaults: a thread that has set nothing reads them without the AttributeError
     # that getattr's default would otherwise catch, which cost more than the rest of a
-    # decorated call's check (issue 23). getattr stays below for a plain namespace put in
+    # decorated call's check. getattr stays below for a plain namespace put in
     # ``_state``'s place (verification/planted).
     capture: Any = None
     eager_depth: int = 0

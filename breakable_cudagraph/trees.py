@@ -65,7 +65,7 @@ _CONTAINERS: tuple[
 _Kind = tuple[Callable[[Any], list[Any]], Callable[[Any, list[Any]], Any]]
 
 # Exact builtin types answered by one lookup: every break's arguments are walked at capture,
-# and the predicate chain costs more than the rest of holding them (issue #9). Subclasses
+# and the predicate chain costs more than the rest of holding them. Subclasses
 # (namedtuples, defaultdicts) still go through _CONTAINERS.
 _EXACT: dict[type, _Kind | None] = {
     tuple: (list, _rebuild_sequence),

@@ -24,7 +24,7 @@ def resolve_device(choice: str) -> str:
     if choice == "sim":
         return "sim"  # without asking CUDA anything: see hide_gpu
     # Imported here, not at the top: the pytest plugin imports this module in every host
-    # project, and torch costs seconds there (issue 24).
+    # project, and torch costs seconds there.
     import torch
 
     has_gpu = torch.cuda.is_available()

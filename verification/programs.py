@@ -114,7 +114,7 @@ def _default_table() -> dict[str, OpSpec]:
 
 
 # Checks call op_table for every example with the same few catalogs; deriving the out-buffer
-# forms each time cost more than the lookup it serves (issue 20).
+# forms each time cost more than the lookup it serves.
 @functools.lru_cache(maxsize=16)
 def _table_of(ops: tuple[OpSpec, ...]) -> dict[str, OpSpec]:
     table = {spec.name: spec for spec in with_out_buffer_forms(ops)}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from typing import Any
 import torch
 
 from verification.certify.run import CertifyRun, CheckResult
+from verification.certify.schedule import cores
 from verification.devices import device_context
 from verification.findings import SKIPPED, TARGET_BUG
 from verification.isolation import run_child, signal_name
@@ -177,7 +177,7 @@ def run_forked(
 
 def forked_jobs(count: int) -> int:
     """Children at once on the simulator: one per core, at most one per check."""
-    return max(1, min(count, os.cpu_count() or 1))
+    return max(1, min(count, cores()))
 
 
 def to_json(results: list[PropertyResult]) -> list[dict[str, Any]]:

@@ -127,7 +127,7 @@ def add_report(parser: argparse.ArgumentParser) -> None:
 
 
 # Output directories this command will create: removed again if it ends by a usage error or
-# Ctrl-C, so that a failed command leaves nothing behind (issue 24).
+# Ctrl-C, so that a failed command leaves nothing behind.
 _NEW_OUTPUTS: list[Path] = []
 
 

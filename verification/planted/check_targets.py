@@ -1,4 +1,4 @@
-"""Copies of the library with bugs only the checks of issue 21 can see: faults at the CUDA calls
+"""Copies of the library with bugs only the property checks can see: faults at the CUDA calls
 a capture makes once, containers that lose their type at replay, and several bugs in one
 check's territory.
 

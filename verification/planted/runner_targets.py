@@ -1,5 +1,5 @@
 """Copies of the library whose ``BreakableGraphRunner`` breaks eager semantics in one way each,
-for the runner property to find (issue 25).
+for the runner property to find.
 
 :func:`build` plants one bug of :data:`BUGS` into a private copy of ``breakable_cudagraph``
 (made as for the other planted targets), so that every other behaviour is the library's own.

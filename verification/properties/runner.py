@@ -2,7 +2,7 @@
 replays, with results equal to eager, and leaves the caller's tensors as eager leaves them.
 
 Only targets whose module has a ``BreakableGraphRunner`` are checked (others are reported
-not applicable). Two fixed programs (issue 25's function among them), then programs drawn by
+not applicable). Two fixed programs (a function that writes an input and returns views of it among them), then programs drawn by
 the fuzzer's generator (in-place and ``out=`` ops on their inputs, outputs that are inputs,
 views of inputs or of each other), are each wrapped in a function of its inputs plus a tensor
 ``extra``, a number ``scale`` and a number ``shift`` with a default, and the runner is called
@@ -123,7 +123,7 @@ def _fixed(
 # Programs checked before any drawn one, as hypothesis's explicit examples are: a small budget
 # (the ``ci`` profile's few examples) may draw no program that writes its inputs.
 FIXED_PROGRAMS = (
-    # Issue 25's function, and more: x.add_(y) (an input written), its transpose (a view of
+    # A function a runner must copy back from, and more: x.add_(y) (an input written), its transpose (a view of
     # an input), x * x (memory of its own), torch.add(x*x, x*x, out=y) (an out= into an
     # input), and the transpose negated in place (an input written through a view; returned
     # twice, as one object).

@@ -133,7 +133,7 @@ def _bug(errors: list[Any], mode: str | None) -> str | None:
 def _with_inputs(program: Program, config: CheckConfig) -> dict[str, Any]:
     """A thread's box holding its program's inputs, made in the calling thread: only the
     captures, not the harness's own set-up, should overlap another thread's capture."""
-    return {"inputs": [x.clone() for x in make_inputs(program, config.seed, config.device)]}
+    return {"inputs": make_inputs(program, config.seed, config.device)}
 
 
 def _capture_in_thread(

@@ -55,7 +55,7 @@ CUSOLVER_IN_CAPTURE = (
     "cusolver error: CUSOLVER_STATUS_INTERNAL_ERROR, when calling `cusolverDnCreate(handle)`"
 )
 # A kept graph (keep_graph=True) is instantiated only by instantiate() or its first replay
-# (H200, torch 2.11, 2026-12-03 call G).
+# (H200, torch 2.11).
 EXEC_BEFORE_INSTANTIATE = (
     "You cannot access the raw cudaGraphExec_t instance until instantiate() has been called"
 )
