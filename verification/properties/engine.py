@@ -3,7 +3,8 @@ breakable graph, replays as eager does.
 
 One decorated attention break is called in every layer; it reads the sequence lengths the
 host prepares before each replay (a Python list, updated in place, in an attention-metadata
-object). A logits-processor break applies a logit bias the host sets per step and has nothing
+object) and their device copy, a slice of a static buffer the runner copies into: every batch
+size passes a tensor at the same address with another shape, as vLLM's metadata does. A logits-processor break applies a logit bias the host sets per step and has nothing
 to do without one: under a contract that refreshes returned tensors it returns its input then
 and a new tensor otherwise; under ``out-buffer`` it writes into the buffer it is given. Whether
 a capture has a bias to apply is drawn per capture and kept by its replays (new values each
@@ -57,9 +58,9 @@ COST = 10
 # replayed on a stream neither captured on, one capture with a bias and one without.
 CANONICAL: dict[str, Any] = {
     "capture_set": {
-        "sizes": (3, 1),
-        "replays": (1, 0),
-        "remake": (1,),
+        "sizes": (3, 2, 1),
+        "replays": (1, 2, 0),
+        "remake": (2,),
         "capture_stream": "runner",
         "replay_stream": "other",
     },
@@ -82,10 +83,16 @@ class LogitBias:
 
 
 def causal_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, metadata: Any, out: torch.Tensor
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    seq_lens: torch.Tensor,
+    metadata: Any,
+    out: torch.Tensor,
 ) -> None:
     """Causal attention over each sequence's first ``metadata.lengths[i]`` tokens; the mask is
-    built from host values read at every call, so it cannot be captured."""
+    built from host values read at every call, so it cannot be captured. Padding positions
+    are zeroed from ``seq_lens``, the same lengths on the device."""
     batch, seq = q.shape[0], q.shape[1]
     lengths = torch.tensor(metadata.lengths[:batch]).view(batch, 1, 1)
     position = torch.arange(seq)
@@ -93,11 +100,11 @@ def causal_attention(
     visible = (position.view(1, 1, seq) <= position.view(1, seq, 1)) & (
         position.view(1, 1, seq) < lengths
     )
-    valid = (position.view(1, seq) < lengths.view(batch, 1)).to(q.dtype)
+    valid = torch.arange(seq, device=q.device).view(1, seq) < seq_lens.view(batch, 1)
     scores = q.transpose(1, 2) @ k.permute(0, 2, 3, 1) * q.shape[-1] ** -0.5
     scores = scores.masked_fill(~visible.unsqueeze(1).to(q.device), float("-inf"))
     o = (scores.softmax(-1).nan_to_num(0.0) @ v.transpose(1, 2)).transpose(1, 2)
-    out.copy_(o * valid.to(q.device).view(batch, seq, 1, 1))
+    out.copy_(o * valid.to(q.dtype).view(batch, seq, 1, 1))
 
 
 def _bias_row(state: LogitBias, logits: torch.Tensor) -> torch.Tensor:
@@ -150,6 +157,7 @@ class TinyDecoder:
         self,
         tokens: torch.Tensor,
         last: torch.Tensor,
+        seq_lens: torch.Tensor,
         metadata: AttentionMetadata,
         state: LogitBias,
         breaks: tuple[Any, Any, bool],
@@ -160,7 +168,7 @@ class TinyDecoder:
         for wqkv, wo, w_up, w_down in self.layers:
             q, k, v = (_rms_norm(h) @ wqkv).view(batch, SEQ, 3, HEADS, -1).unbind(2)
             out = torch.empty_like(q)
-            attention(q, k, v, metadata, out)
+            attention(q, k, v, seq_lens, metadata, out)
             h = h + out.reshape(batch, SEQ, D_MODEL) @ wo
             h = h + F.silu(_rms_norm(h) @ w_up) @ w_down
         logits = h[torch.arange(batch, device=h.device), last] @ self.embed.T
@@ -197,6 +205,7 @@ def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
     top = max(capture_set.sizes)
     tokens = torch.zeros((top, SEQ), dtype=torch.long, device=device)
     last = torch.full((top,), SEQ - 1, dtype=torch.long, device=device)
+    seq_lens = torch.full((top,), SEQ, dtype=torch.long, device=device)
     pool = torch.cuda.graph_pool_handle()
     caller = torch.cuda.current_stream()
     runner = torch.cuda.Stream()
@@ -222,7 +231,7 @@ def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
         if biased[index % len(biased)]:  # a new tensor the replays copy into
             state.bias.update({0: 1.0})
         with torch.cuda.stream(runner):
-            model.forward(tokens[:size], last[:size], metadata, state, breaks)  # warm-up
+            model.forward(tokens[:size], last[:size], seq_lens[:size], metadata, state, breaks)
             if given is not None:
                 given.wait_stream(runner)
             with around:
@@ -230,7 +239,7 @@ def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
                 before = torch.cuda.current_stream()
                 with collector_paused(), captures[index]:
                     outputs[index] = model.forward(
-                        tokens[:size], last[:size], metadata, state, breaks
+                        tokens[:size], last[:size], seq_lens[:size], metadata, state, breaks
                     )
                 left = stream_left(before, f"the capture of batch size {size}")
             if given is not None:
@@ -247,10 +256,18 @@ def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
         metadata.lengths[:size] = lengths
         state.bias.clear()
         state.bias.update(bias)
-        fresh_last = torch.tensor(lengths, dtype=torch.long) - 1
-        expected = model.forward(fresh.to(device), fresh_last.to(device), metadata, state, breaks)
+        fresh_lens = torch.tensor(lengths, dtype=torch.long)
+        expected = model.forward(
+            fresh.to(device),
+            (fresh_lens - 1).to(device),
+            fresh_lens.to(device),
+            metadata,
+            state,
+            breaks,
+        )
         tokens[:size].copy_(fresh.to(device))
-        last[:size].copy_(fresh_last.to(device))
+        last[:size].copy_((fresh_lens - 1).to(device))
+        seq_lens[:size].copy_(fresh_lens.to(device))
         replay_on.wait_stream(caller)
         with torch.cuda.stream(replay_on):
             before = torch.cuda.current_stream()

@@ -63,13 +63,25 @@ class Block:
         "device_storage",
         "pool",
         "segment",
+        "segment_number",
         "size",
         "small_segment",
         "storage",
     )
 
-    def __init__(self, segment: torch.UntypedStorage, address: int, size: int, pool: Pool) -> None:
+    def __init__(
+        self,
+        segment: torch.UntypedStorage,
+        segment_number: int,
+        address: int,
+        size: int,
+        pool: Pool,
+    ) -> None:
         self.segment = segment  # owns the memory; blocks of one segment split and merge
+        # Which segment came first, and where in it: the host addresses of two segments are
+        # in whatever order the host's malloc and ASLR gave them, so choosing between equal
+        # free blocks by host address would reuse memory differently from run to run.
+        self.segment_number = segment_number
         self.address = address
         self.size = size
         self.pool = pool
@@ -94,6 +106,12 @@ class Block:
         return (
             _storage_use_count(self._device_cdata) > 1 or _storage_use_count(self._host_cdata) > 1
         )
+
+
+def _fit_order(block: Block) -> tuple[int, int, int]:
+    """Best fit, then the oldest segment, then the lowest offset in it: the same choice in
+    every run of a program."""
+    return block.size, block.segment_number, block.address - block.segment.data_ptr()
 
 
 class Pool:
@@ -136,6 +154,7 @@ class Allocator:
         self._live_bytes = 0
         self._private_ids = itertools.count(1)
         self._handle_ids = itertools.count(1)
+        self._segments = itertools.count()
 
     @property
     def default_pool(self) -> Pool:
@@ -157,7 +176,7 @@ class Allocator:
             small = size <= SMALL_REQUEST
             fitting = [b for b in pool.free if b.size >= size and b.small_segment == small]
             if fitting:  # best fit, as the caching allocator
-                block = min(fitting, key=lambda b: (b.size, b.address))
+                block = min(fitting, key=_fit_order)
                 if self.on_reuse is not None:
                     self.on_reuse(block)
                 pool.free.remove(block)
@@ -167,7 +186,7 @@ class Allocator:
             else:
                 self._on_growth()
                 segment = torch.UntypedStorage(size)
-                block = Block(segment, segment.data_ptr(), size, pool)
+                block = Block(segment, next(self._segments), segment.data_ptr(), size, pool)
                 poison(block.storage)
                 self._index(block)
             pool.live.append(block)
@@ -188,8 +207,9 @@ class Allocator:
 
     def _split(self, block: Block, size: int) -> Block:
         """The first ``size`` bytes of free ``block`` as a new block; the rest stays free."""
-        head = Block(block.segment, block.address, size, block.pool)
-        tail = Block(block.segment, block.address + size, block.size - size, block.pool)
+        number = block.segment_number
+        head = Block(block.segment, number, block.address, size, block.pool)
+        tail = Block(block.segment, number, block.address + size, block.size - size, block.pool)
         self._index(head)
         self._index(tail)
         block.pool.free.append(tail)
@@ -207,7 +227,9 @@ class Allocator:
                 and last.address + last.size == block.address
             ):
                 self._unindex(block)
-                joined = Block(last.segment, last.address, last.size + block.size, pool)
+                joined = Block(
+                    last.segment, last.segment_number, last.address, last.size + block.size, pool
+                )
                 self._index(joined)
                 merged[-1] = joined
             else:
