@@ -135,3 +135,44 @@ def raised_in(message: str) -> Raised | None:
         return None
     frame = Frame(match["path"], int(match["line"]), match["function"])
     return Raised(match["exception"], frame)
+
+
+# One bug in the words of the different checks and places that reach it, as data: each
+# pattern rewrites what only says where or how the bug was reached (a fault's point, the
+# place of a nested capture, a check's own wording of an argument that changed type) into
+# words that say which bug it is. A frame the message names stays: it tells two code paths
+# apart. Findings whose messages rewrite to the same words (numbers masked) are one cause.
+CAUSE_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # The faults check: a fault at capture-begin and one at the pool handle that went through
+    # the same function of the target and left the same state are one missing cleanup.
+    (re.compile(r"a fault at [\w-]+ #\d+(?: \([\w.]+\))?"), "a fault"),
+    # The nested check: a target that does not refuse a nested capture lets it through (or
+    # leaves torch to refuse it) wherever the nested capture is opened.
+    (
+        re.compile(
+            r"^a nested capture \([\w-]+, before step \d+\) was "
+            r"(?:let through|refused only by torch's capture_begin)[^\n]*"
+        ),
+        "a nested capture was not refused by the target",
+    ),
+    # The fuzzer's and the pool check's words for a break handed another type at replay.
+    (
+        re.compile(
+            r"^(?:[^\n]*?: )?an? [^\n]+? given to a break reached it at replay as "
+            r"(?P<got>[^\n]+?), not as (?P<given>[^\n]+)$"
+        ),
+        r"a break was handed at replay \g<got>, not \g<given>",
+    ),
+    # What breaks is a namedtuple being one, whatever the program named its class.
+    (re.compile(r"namedtuple \w+"), "namedtuple"),
+)
+
+
+def cause_words(message: str) -> str | None:
+    """``message``'s first line in the words of its cause (:data:`CAUSE_WORDS`), or None when
+    no pattern applies."""
+    first = message.splitlines()[0] if message else ""
+    words = first
+    for pattern, replacement in CAUSE_WORDS:
+        words = pattern.sub(replacement, words)
+    return None if words == first else words

@@ -27,6 +27,69 @@ from verification.programs import Program, produces_value
 from verification.targets import Target
 
 BreakEntry = tuple[int, tuple[int, ...]]
+# What a break was handed, as types: ``(label, children)``, a tensor labelled by its type and
+# view bits ("Tensor (conj)"), a container by its type (a namedtuple by its own name, a dict
+# with its keys) over its items, anything else by its type.
+Structure = tuple[str, tuple[Any, ...]]
+
+
+def type_label(cls: type) -> str:
+    """A type as a finding names it: a namedtuple says that it is one (``namedtuple Pair``),
+    since what breaks is being one, whatever the user named it."""
+    fields = getattr(cls, "_fields", None)
+    named = issubclass(cls, tuple) and isinstance(fields, tuple)
+    return f"namedtuple {cls.__name__}" if named else cls.__name__
+
+
+def structure(value: Any) -> Structure:
+    """The types ``value`` is made of, nested as it is (see :data:`Structure`)."""
+    if isinstance(value, torch.Tensor):
+        bits = [b for b, on in (("conj", value.is_conj()), ("neg", value.is_neg())) if on]
+        return (type(value).__name__ + (f" ({', '.join(bits)})" if bits else ""), ())
+    if isinstance(value, (list, tuple)):
+        return (type_label(type(value)), tuple(structure(v) for v in value))
+    if isinstance(value, dict):
+        keys = ", ".join(map(str, value))
+        return (f"dict[{keys}]", tuple(structure(v) for v in value.values()))
+    return (type_label(type(value)), ())
+
+
+def first_difference(got: Structure, expected: Structure) -> tuple[str, str] | None:
+    """The first node, depth first, where ``got`` differs from ``expected``, as its two labels
+    (``("tuple", "Pair")``, ``("Tensor", "Tensor (conj)")``), or None when they are equal."""
+    if got == expected:
+        return None
+    if got[0] != expected[0] or len(got[1]) != len(expected[1]):
+        return got[0], expected[0]
+    for item, want in zip(got[1], expected[1]):
+        found = first_difference(item, want)
+        if found is not None:
+            return found
+    return None
+
+
+def handed_otherwise(
+    replayed: Sequence[tuple[int, Structure]], captured: Sequence[tuple[int, Structure]]
+) -> tuple[int, str, str] | None:
+    """The first break call of a replay handed something of other types than at capture:
+    ``(step, what it got, what it was given)``, or None."""
+    for (step, got), (captured_step, given) in zip(replayed, captured):
+        if step != captured_step:
+            return None  # calls out of step: the break count or order names that
+        difference = first_difference(got, given)
+        if difference is not None:
+            return (step, *difference)
+    return None
+
+
+def handed_otherwise_message(changed: tuple[int, str, str], program: Program) -> str:
+    """A finding's words for :func:`handed_otherwise`'s answer."""
+    step, got, given = changed
+    op = program.steps[step].op if 0 <= step < len(program.steps) else "?"
+    return (
+        f"break step {step} ({op}): a {given} given to a break reached it at replay as {got}, "
+        f"not as {given}"
+    )
 
 
 # The very text a reproducer prints, so that both make the same host values.
@@ -78,12 +141,15 @@ class BreakLog:
     which is the step it stands for in a target that replays calls in order (one out of
     order, or with the wrong step's arguments, then shows as wrong buffers or counts).
     For ``watch_alias`` functions it also notes in ``aliased`` whether each call's result
-    shared memory with its arguments.
+    shared memory with its arguments. ``structures`` holds what each call was handed
+    (:func:`structure`), so a replay can be compared with the capture before the break's own
+    code trips over an argument that changed type.
     """
 
     def __init__(self) -> None:
         self.entries: list[BreakEntry] = []
         self.aliased: list[tuple[int, bool]] = []
+        self.structures: list[tuple[int, Structure]] = []
         self._named: int | None = None
         self._last = -1
         self._depth = 0
@@ -114,6 +180,7 @@ class BreakLog:
             here = step if shared is None else self._step(shared) if top else -1
             if top:
                 self.entries.append((here, _tensor_ptrs(args, kwargs)))
+                self.structures.append((here, structure((args, kwargs))))
                 self._last = here
             self._depth += 1
             try:
@@ -130,6 +197,10 @@ class BreakLog:
         entries, self.entries = self.entries, []
         self._last, self._named = -1, None
         return entries
+
+    def take_structures(self) -> list[tuple[int, Structure]]:
+        structures, self.structures = self.structures, []
+        return structures
 
     def take_aliased(self) -> list[tuple[int, bool]]:
         aliased, self.aliased = self.aliased, []
@@ -288,6 +359,7 @@ class CapturedProgram:
             run_steps(program, table, callables, self.static_inputs, host=self.host)
             self.log.take()
             self.log.take_aliased()
+            self.log.take_structures()
             self.capture = target.BreakableCUDAGraphCapture()
             seed_rng(rng_seed, device)
             with collector_paused(), self.capture:
@@ -298,6 +370,10 @@ class CapturedProgram:
         torch.cuda.synchronize()
         self.capture_log = self.log.take()
         self.capture_aliased = dict(self.log.take_aliased())
+        self.capture_structures = self.log.take_structures()
+        # A break of the last replay handed something of other types than at capture:
+        # (step, what it got, what it was given at capture), the first such call.
+        self.structure_changed: tuple[int, str, str] | None = None
 
     def replay(self, inputs: Sequence[torch.Tensor], rng_seed: int) -> list[BreakEntry]:
         """Copies ``inputs`` into the static inputs, rewrites the host values for
@@ -317,4 +393,7 @@ class CapturedProgram:
                 for step, aliased in self.log.take_aliased()
                 if self.capture_aliased.get(step, aliased) != aliased
             }
+            self.structure_changed = handed_otherwise(
+                self.log.take_structures(), self.capture_structures
+            )
         return entries

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from verification.causes import raised_in
+from verification.causes import cause_words, raised_in
 from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK
 from verification.programs import Program
 from verification.search import symptom
@@ -153,12 +153,16 @@ class Finding:
         """The signature of the cause: findings with equal signatures are one bug.
 
         An exception is its type and the frame of the code under test that raised it, whatever
-        check reached it and whatever it was doing then; a program's violation is the violation
+        check reached it and whatever it was doing then; a message some check words as another
+        does (:data:`~verification.causes.CAUSE_WORDS`) is those words; a program's violation is the violation
         and the shrunk program's shape; anything else is its check and its symptom."""
         raised = raised_in(self.message)
         if raised is not None:
             frame = raised.frame
             return (self.kind, "raised", raised.exception, frame.path, str(frame.line))
+        words = cause_words(self.message)
+        if words is not None:
+            return (self.kind, "words", symptom(words))
         if self.program is not None and self.violation is not None:
             shape = " ".join(f"{s.op}{'!' if s.brk else ''}" for s in self.program.steps)
             return (self.kind, self.violation, shape)

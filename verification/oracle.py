@@ -21,7 +21,12 @@ from typing import Literal
 import torch
 
 from verification.causes import describe
-from verification.execute import BreakEntry, CapturedProgram, run_eager
+from verification.execute import (
+    BreakEntry,
+    CapturedProgram,
+    handed_otherwise_message,
+    run_eager,
+)
 from verification.findings import OP_CONTRACT, TARGET_BUG, Finding
 from verification.ops.spec import OpSpec
 from verification.programs import Program, make_inputs, op_table
@@ -30,7 +35,14 @@ from verification.targets import Target
 # The check name of the findings of a program checked against eager.
 FUZZ = "fuzz"
 Violation = Literal[
-    "mismatch", "break-count", "break-order", "break-args", "exception", "crash", "invalid-program"
+    "mismatch",
+    "break-count",
+    "break-order",
+    "break-args",
+    "break-arg-types",
+    "exception",
+    "crash",
+    "invalid-program",
 ]
 
 
@@ -133,6 +145,11 @@ def check_breaks(
                 step,
             )
     return None
+
+
+def _types_changed(captured: CapturedProgram, program: Program) -> str | None:
+    changed = captured.structure_changed
+    return None if changed is None else handed_otherwise_message(changed, program)
 
 
 def fresh_returns_read(program: Program, table: Mapping[str, OpSpec]) -> list[int]:
@@ -243,10 +260,18 @@ def _check(
         except Exception as error:
             if refused(error, captured.alias_switched, program, table):
                 return None
+            # A break handed another type than at capture fails in its own code: the cause
+            # is the handing, which names the bug where the exception would name the op.
+            changed = _types_changed(captured, program)
+            if changed is not None:
+                return finding("break-arg-types", changed, replay)
             return finding("exception", f"replay raised {describe(error)}", replay)
         broken = check_breaks(log, captured.capture_log, break_steps)
         if broken is not None:
             return finding(broken[0], broken[1], replay, broken[2])  # type: ignore[arg-type]
+        changed = _types_changed(captured, program)
+        if changed is not None:
+            return finding("break-arg-types", changed, replay)
         for index, (actual, want) in enumerate(zip(captured.outputs, expected)):
             problem = compare(actual, want, tol)
             if problem is not None:

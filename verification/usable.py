@@ -16,6 +16,20 @@ from verification.causes import describe
 from verification.execute import collector_paused
 
 
+def left_over(target: Any) -> str | None:
+    """What an earlier example left behind that a new one would take for its own finding: a
+    capture still active in this thread, or the caller's stream still capturing; cheap enough
+    to ask before every example."""
+    try:
+        if target.BreakableCUDAGraphCapture.current() is not None:
+            return "a capture is left active in this thread"
+    except Exception:  # a target without current(), or one that raises: unusable() tells
+        return None
+    if torch.cuda.is_current_stream_capturing():
+        return "the caller's stream is left capturing"
+    return None
+
+
 def unusable(target: Any, device: str) -> str | None:
     """Why ``target`` (anything with ``BreakableCUDAGraphCapture`` and
     ``eager_break_during_capture``) cannot be used any more here, or None."""

@@ -10,7 +10,13 @@ from verification.contracts import get_contract
 from verification.devices import device_context
 from verification.errors import UsageError
 from verification.findings import TARGET_BUG, Finding, root_causes
+from verification.ops.spec import TensorMeta
+from verification.oracle import check_program
+from verification.planted.check_targets import build as build_check_target
 from verification.planted.property_targets import build
+from verification.programs import Program, Step
+from verification.properties.base import CheckConfig
+from verification.properties.pool import container_as_given_problem
 from verification.targets import load_target
 
 
@@ -113,3 +119,65 @@ def test_an_error_of_the_harness_is_told_from_the_targets():
         else:
             raise AssertionError("the harness accepted a bad name")
     assert not raised_by_harness(_raised(_first_bug))
+
+
+def _property(check: str, message: str) -> Finding:
+    return Finding(TARGET_BUG, check, message)
+
+
+def test_a_fault_at_two_points_through_one_function_is_one_cause_and_through_two_stays_two():
+    # Where the fault struck is how the bug was reached; the function it went through and
+    # the state it left say which cleanup is missing.
+    left = "a capture is still active in this thread"
+    begin = _property(
+        "faults", f"after a fault at capture-begin #0 [through m.py:12, in open]: {left}"
+    )
+    handle = _property(
+        "faults", f"after a fault at pool-handle #0 [through m.py:9, in open]: {left}"
+    )
+    other = _property(
+        "faults", f"after a fault at capture-end-at-exit #0 [through m.py:40, in close]: {left}"
+    )
+    assert begin.cause == handle.cause
+    assert begin.cause != other.cause
+    assert len(root_causes([begin, handle, other])) == 2
+
+
+def test_a_nested_capture_the_target_does_not_refuse_is_one_cause_wherever_it_is_opened():
+    findings = [
+        _property("nested", "a nested capture (eager-step, before step 0) was let through"),
+        _property("nested", "a nested capture (decorated-op, before step 2) was let through"),
+        _property(
+            "nested",
+            "a nested capture (capture, before step 3) was refused only by torch's capture_begin "
+            "on the capturing stream; refuse a nested capture before beginning a graph",
+        ),
+    ]
+    causes = root_causes(findings)
+    assert len(causes) == 1 and len(causes[0].others) == 2
+    # What the outer capture did after it is a bug of its own.
+    after = _property(
+        "nested", "after a nested capture (capture, before step 1): a capture is still active"
+    )
+    assert len(root_causes([*findings, after])) == 2
+
+
+def test_a_namedtuple_made_a_tuple_is_one_cause_for_the_fuzzer_and_the_pool_check(bcg_kind):
+    # The break's own code trips over the tuple (an AttributeError in the op); the fuzzer
+    # names the handing instead, in the pool check's words, so the two are one bug.
+    target = load_target(build_check_target("namedtuple_rebuilt_plain"))
+    meta = TensorMeta((16,), torch.float32)
+    # Capture intermediates, as the pool check gives: inputs are static, held as they are.
+    steps = (Step("exp", (0,), (), False), Step("sin", (1,), (), False))
+    program = Program((meta, meta), (*steps, Step("shrink_pair_", (2, 3), (), True)), (4,))
+    with device_context(bcg_kind) as device:
+        fuzzed = check_program(program, target, device)
+        pool = container_as_given_problem("namedtuple", CheckConfig(target, bcg_kind, device, 1))
+    assert fuzzed is not None and fuzzed.violation == "break-arg-types", fuzzed
+    assert "reached it at replay as tuple, not as namedtuple" in fuzzed.message
+    assert pool is not None
+    causes = root_causes([fuzzed, _property("pool", pool)])
+    assert len(causes) == 1 and causes[0].seen_through == ["fuzz", "pool"]
+    # On the library, the same program passes.
+    with device_context(bcg_kind) as device:
+        assert check_program(program, load_target("breakable_cudagraph"), device) is None

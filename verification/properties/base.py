@@ -30,6 +30,7 @@ from verification.findings import (
 from verification.programs import Program, programs
 from verification.search import search, symptom
 from verification.targets import Target
+from verification.usable import left_over
 from verification.usable import unusable as target_unusable
 
 
@@ -230,6 +231,11 @@ class Findings:
         """Runs one fixed unit of work that makes its finding itself, and records it."""
         if not self._runs_next():
             return
+        left = left_over(self.config.target)
+        if left is not None:
+            self.unit -= 1  # this unit did not run: the fresh process runs it
+            self._stop(left)
+            return
         self.examples += 1
         try:
             found = make()
@@ -269,6 +275,11 @@ class Findings:
         calls = [0]
 
         def new_only(value: Any) -> Finding | None:
+            # An example started on what an earlier one left would report the leftover as a
+            # bug of its own (under its own point, place or program): stop and go on fresh.
+            left = left_over(self.config.target)
+            if left is not None:
+                raise _Spent(left, already + calls[0])
             calls[0] += 1
             finding = body(value)
             if finding is None or key(finding) not in known:

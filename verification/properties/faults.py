@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.causes import describe
+from verification.causes import describe, target_frame
 from verification.contracts import COLLECTOR, collector_frozen
 from verification.execute import collector_paused
 from verification.findings import CALLER_DUTY, TORCH_LIMIT, Finding
@@ -317,6 +317,10 @@ def _faulted_then_recovered(
         return f"{where} was swallowed: no exception came out"
     if point != "illegal-call" and not isinstance(propagated, InjectedFault):
         return f"{where} came out as {describe(propagated)} instead of the injected exception"
+    through = target_frame(propagated)
+    if through is not None:
+        # The code the fault went through tells one missing cleanup from another.
+        where += f" [through {through}]"
     left = _left_active(target) or _decorated_call_problem(target, config.device)
     if left is not None:
         return f"after {where}: {left}"

@@ -29,7 +29,13 @@ import torch
 from hypothesis import strategies as st
 
 from verification.causes import describe
-from verification.execute import BreakLog, collector_paused, run_steps, step_callables
+from verification.execute import (
+    BreakLog,
+    collector_paused,
+    run_steps,
+    step_callables,
+    type_label,
+)
 from verification.findings import Finding
 from verification.ops.spec import TensorMeta
 from verification.programs import Program, Step, default_ops, make_inputs, op_table
@@ -425,10 +431,10 @@ def container_as_given_problem(name: str, config: CheckConfig) -> str | None:
     if callable(reset):
         reset()
     if seen and seen[0] != expected:
-        got = ", ".join(t.__name__ for t in seen[0])
+        got = ", ".join(map(type_label, seen[0]))
         return (
             f"a {name} of capture intermediates given to a break reached it at replay as "
-            f"{got}, not as {', '.join(t.__name__ for t in expected)}"
+            f"{got}, not as {', '.join(map(type_label, expected))}"
         )
     if len(seen) != 1 or not torch.allclose(out, want):
         return (

@@ -22,6 +22,8 @@ import torch
 from verification.execute import (
     BreakLog,
     collector_paused,
+    handed_otherwise,
+    handed_otherwise_message,
     run_eager,
     run_steps,
     seed_rng,
@@ -136,6 +138,7 @@ class ProgramRun:
                 self._seed(seed)
                 run_steps(program, self.table, self.callables, self.static_inputs)
                 self.log.take()
+                self.log.take_structures()
                 if given is not None:
                     given.wait_stream(runner)
                 with around:
@@ -152,6 +155,7 @@ class ProgramRun:
         finally:
             caller.wait_stream(runner)
         self.capture_log = self.log.take()
+        self.capture_structures = self.log.take_structures()
 
     def replay(self) -> str | None:
         """One replay on the replay stream, ordered after the caller's work and before what the
@@ -173,8 +177,17 @@ class ProgramRun:
         for static, value in zip(self.static_inputs, fresh):
             static.copy_(value)
         self.log.take()  # calls of an earlier replay that raised midway
+        self.log.take_structures()
         self._seed(replay_seed)
-        left = self.problem or self.replay()
+        try:
+            left = self.problem or self.replay()
+        except Exception:
+            # A break handed another type than at capture fails in its own code: the cause
+            # is the handing, which names the bug where the exception would name the op.
+            handed = self._handed_otherwise()
+            if handed is None:
+                raise
+            return handed
         if left is not None:
             return left
         torch.cuda.synchronize()
@@ -182,12 +195,19 @@ class ProgramRun:
         breaks = [i for i, s in enumerate(self.program.steps) if s.brk]
         if calls != breaks:
             return f"replay called break steps {calls}, expected {breaks}"
+        handed = self._handed_otherwise()
+        if handed is not None:
+            return handed
         tol = program_tolerance(self.program, self.table)
         for index, (actual, want) in enumerate(zip(self.outputs, expected)):
             problem = compare(actual, want, tol)
             if problem is not None:
                 return f"output {index}: {problem}"
         return None
+
+    def _handed_otherwise(self) -> str | None:
+        changed = handed_otherwise(self.log.take_structures(), self.capture_structures)
+        return None if changed is None else handed_otherwise_message(changed, self.program)
 
     def drop(self) -> None:
         """Releases the capture (``reset()`` where the target has it) and every tensor."""

@@ -99,3 +99,8 @@ def race_detection_on_a_gpu(kind: str) -> Iterator[None]:
 def describe(error: BaseException) -> str:
     """The exception as the script prints it: the traceback it raises with names the frame."""
     return repr(error)
+
+
+def target_frame(error: BaseException) -> None:
+    """The frame of the target an exception passed: a script's traceback names it."""
+    return None

@@ -152,6 +152,7 @@ class _Bundle:
 
 # Every script's stand-in for the harness's frame finder: a script names no target frame.
 _DESCRIBE = (causes.describe, script_program.describe)
+_TARGET_FRAME = (causes.target_frame, script_program.target_frame)
 
 
 def render(finding: Finding, target: Target, kind: str, command: str) -> str:
@@ -160,7 +161,7 @@ def render(finding: Finding, target: Target, kind: str, command: str) -> str:
     scenario = dict(finding.scenario)
     module_name, _, qualname = str(scenario["fixed"]).partition(":")
     module = importlib.import_module(module_name)
-    bundle = _Bundle([_DESCRIBE])
+    bundle = _Bundle([_DESCRIBE, _TARGET_FRAME])
     bundle.add(qualname, getattr(module, qualname), module)
     args = ", ".join(repr(a) for a in scenario.get("args", ())) + (
         ", " if scenario.get("args") else ""
@@ -173,6 +174,7 @@ def _stand_ins(finding: Finding, kind: str) -> list[tuple[Any, Any]]:
     program = finding.program
     stand_ins: list[tuple[Any, Any]] = [
         _DESCRIBE,
+        _TARGET_FRAME,
         (programs.make_inputs, script_program.make_inputs),
         (programs.op_table, script_program.op_table),
         (execute.step_callables, script_program.step_callables),

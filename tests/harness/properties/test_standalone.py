@@ -74,4 +74,7 @@ def test_a_container_reproducer_fails_on_a_target_that_loses_the_type(bcg_kind, 
     problem = functools.partial(pool.container_as_given_problem, "namedtuple")
     path = _script(problem, load_target(build("namedtuple_rebuilt_plain")), bcg_kind, tmp_path)
     done = _run(path)
-    assert done.returncode == 1 and "reached it at replay as tuple, not as Pair" in done.stderr
+    assert (
+        done.returncode == 1
+        and "reached it at replay as tuple, not as namedtuple Pair" in done.stderr
+    )
