@@ -14,8 +14,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 _HARNESS = Path(__file__).resolve().parent
 # Code under test that lives inside the harness: planted bugs and the peers' adapters.
@@ -69,12 +72,28 @@ def _shown(path: Path) -> str:
     return str(path)
 
 
+# Code of the harness's own that only hands a call on (the wrappers that log a break's calls
+# around the program's op): a call the target makes with arguments the op does not take
+# raises its TypeError in the wrapper's frame, and the bug is the target's, not the wrapper's.
+_FORWARDERS: set[types.CodeType] = set()
+
+Forwarder = TypeVar("Forwarder", bound=Callable[..., Any])
+
+
+def forwarder(fn: Forwarder) -> Forwarder:
+    """Marks ``fn`` as a harness function that only hands its call on: an exception raised in
+    its frame is blamed on whoever called it."""
+    _FORWARDERS.add(fn.__code__)
+    return fn
+
+
 def _frames(error: BaseException) -> list[tuple[Path, int, str]]:
     frames = []
     tb = error.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
-        frames.append((Path(code.co_filename).resolve(), tb.tb_lineno, code.co_name))
+        if code not in _FORWARDERS:
+            frames.append((Path(code.co_filename).resolve(), tb.tb_lineno, code.co_name))
         tb = tb.tb_next
     return frames
 

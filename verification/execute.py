@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
+from verification.causes import forwarder
 from verification.ops.host import HOST_SOURCE, host_argument
 from verification.ops.spec import Decorate, OpSpec
 from verification.programs import Program, produces_value
@@ -157,6 +158,7 @@ class BreakLog:
     def at(self, step: int, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` (a shared function) called for ``step``."""
 
+        @forwarder
         def call(*args: Any, **kwargs: Any) -> Any:
             self._named = step
             return fn(*args, **kwargs)
@@ -175,6 +177,7 @@ class BreakLog:
         shared = None if isinstance(step, int) else tuple(step)
 
         @functools.wraps(fn)
+        @forwarder
         def logged(*args: Any, **kwargs: Any) -> Any:
             top = self._depth == 0
             here = step if shared is None else self._step(shared) if top else -1

@@ -9,6 +9,7 @@ from verification.causes import describe, raised_by_harness, raised_in, target_f
 from verification.contracts import get_contract
 from verification.devices import device_context
 from verification.errors import UsageError
+from verification.execute import BreakLog
 from verification.findings import TARGET_BUG, Finding, root_causes
 from verification.ops.spec import TensorMeta
 from verification.oracle import check_program
@@ -181,3 +182,26 @@ def test_a_namedtuple_made_a_tuple_is_one_cause_for_the_fuzzer_and_the_pool_chec
     # On the library, the same program passes.
     with device_context(bcg_kind) as device:
         assert check_program(program, load_target("breakable_cudagraph"), device) is None
+
+
+def test_a_target_calling_a_break_with_arguments_it_does_not_take_is_the_targets_bug():
+    # The TypeError of a bad call is raised in the caller's frame, here the harness's wrapper
+    # that logs the break's calls; the wrapper only hands the call on, so the target called.
+    log = BreakLog()
+
+    def op(x: int, *, out: int) -> int:
+        return x + out
+
+    logged = log.wrap(0, op)
+
+    def replay_with_keywords_flattened() -> int:  # stands for the target's replay
+        return logged(1, 2)
+
+    try:
+        replay_with_keywords_flattened()
+    except TypeError as error:
+        assert not raised_by_harness(error)
+        assert target_frame(error) is not None
+        assert target_frame(error).function == "replay_with_keywords_flattened"
+    else:
+        raise AssertionError("the bad call did not raise")

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.causes import describe, target_frame
+from verification.causes import describe, forwarder, target_frame
 from verification.contracts import COLLECTOR, collector_frozen
 from verification.execute import collector_paused
 from verification.findings import CALLER_DUTY, TORCH_LIMIT, Finding
@@ -110,6 +110,7 @@ class Injector:
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
+        @forwarder
         def faulty(*args: Any, **kwargs: Any) -> Any:
             if self.phase in ("capture", "replay"):
                 self._maybe(f"eager-at-{self.phase}")

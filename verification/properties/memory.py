@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from verification.causes import forwarder
 from verification.execute import collector_paused
 from verification.properties.runs import DEFAULT_POOL, in_graph_pool
 
@@ -42,6 +43,7 @@ class ArgumentWatch:
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
+        @forwarder
         def watched(*args: Any, **kwargs: Any) -> Any:
             if self.active:
                 for t in _tensors((args, kwargs)):
