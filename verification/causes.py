@@ -110,6 +110,16 @@ def target_frame(error: BaseException) -> Frame | None:
     return found
 
 
+def entry_frame(error: BaseException) -> Frame | None:
+    """The outermost frame ``error`` passed in the code under test: the entry point the caller
+    called (``__enter__``, ``__exit__``, ``replay``), where cleanup after a failure belongs."""
+    for path, line, function in _frames(error):
+        generated = path.name.startswith("<") and path.name != "<stdin>"
+        if not _passes_on(path) and not _in_harness(path) and not generated:
+            return Frame(_shown(path), line, function)
+    return None
+
+
 def raised_by_harness(error: BaseException) -> bool:
     """Whether the innermost frame of ``error`` that only passes nothing on lies in the
     checker's own code (not a planted target's or an adapter's)."""
@@ -161,10 +171,27 @@ def raised_in(message: str) -> Raised | None:
 # place of a nested capture, a check's own wording of an argument that changed type) into
 # words that say which bug it is. A frame the message names stays: it tells two code paths
 # apart. Findings whose messages rewrite to the same words (numbers masked) are one cause.
-CAUSE_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
+def _calls_words(called: str, expected: str) -> str:
+    """What a replay did to the breaks, from the steps it called and those it should have."""
+    calls = [int(n) for n in re.findall(r"\d+", called)]
+    wanted = [int(n) for n in re.findall(r"\d+", expected)]
+    more = any(calls.count(s) > wanted.count(s) for s in set(calls))
+    fewer = any(calls.count(s) < wanted.count(s) for s in set(wanted))
+    if more and fewer:
+        return "a replay ran other breaks in place of those the capture recorded"
+    if more:
+        return "a replay ran a break more often than the capture recorded it"
+    if fewer:
+        return "a replay left out a break the capture recorded"
+    return "a replay ran the breaks in another order than the capture recorded"
+
+
+CAUSE_WORDS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     # The faults check: a fault at capture-begin and one at the pool handle that went through
     # the same function of the target and left the same state are one missing cleanup.
     (re.compile(r"a fault at [\w-]+ #\d+(?: \([\w.]+\))?"), "a fault"),
+    # A capture that refused to close after a break's error was caught is a fault at exit.
+    (re.compile(r"a capture refused to close"), "a fault"),
     # The nested check: a target that does not refuse a nested capture lets it through (or
     # leaves torch to refuse it) wherever the nested capture is opened.
     (
@@ -177,10 +204,29 @@ CAUSE_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
     # The fuzzer's and the pool check's words for a break handed another type at replay.
     (
         re.compile(
-            r"^(?:[^\n]*?: )?an? [^\n]+? given to a break reached it at replay as "
+            r"^(?:[^\n]*?: )?[^\n]+? given to a break reached it at replay as "
             r"(?P<got>[^\n]+?), not as (?P<given>[^\n]+)$"
         ),
         r"a break was handed at replay \g<got>, not \g<given>",
+    ),
+    # Breaks a replay ran other than the capture recorded, in any check's words and whatever
+    # the program: which of them is the bug's kind (run again, left out, replaced, reordered).
+    (
+        re.compile(
+            r"^[^\n]*?(?:replay called break steps|break steps called(?: in order)?) "
+            r"\[(?P<called>[\d, ]*)\], expected (?:each of )?\[(?P<expected>[\d, ]*)\][^\n]*"
+        ),
+        lambda match: _calls_words(match["called"], match["expected"]),
+    ),
+    # The threads check's scenarios, each of which may first see it: another thread is shown
+    # the capture this thread has open.
+    (
+        re.compile(r"^[^\n]*?current\(\) in another thread returned thread A's open capture[^\n]*"),
+        "another thread is shown the capture this thread has open",
+    ),
+    (
+        re.compile(r"^[^\n]*?ran \d+ times in one replay, expected once[^\n]*"),
+        "a replay ran a break more often than the capture recorded it",
     ),
     # What breaks is a namedtuple being one, whatever the program named its class.
     (re.compile(r"namedtuple \w+"), "namedtuple"),

@@ -42,6 +42,18 @@ def type_label(cls: type) -> str:
     return f"namedtuple {cls.__name__}" if named else cls.__name__
 
 
+def call_structure(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Structure:
+    """The types of one call's arguments: its positional ones, then its keywords by name."""
+    keywords = ", ".join(kwargs)
+    return (
+        "call",
+        (
+            ("positional arguments", tuple(structure(v) for v in args)),
+            (f"keyword arguments [{keywords}]", tuple(structure(v) for v in kwargs.values())),
+        ),
+    )
+
+
 def structure(value: Any) -> Structure:
     """The types ``value`` is made of, nested as it is (see :data:`Structure`)."""
     if isinstance(value, torch.Tensor):
@@ -60,8 +72,10 @@ def first_difference(got: Structure, expected: Structure) -> tuple[str, str] | N
     (``("tuple", "Pair")``, ``("Tensor", "Tensor (conj)")``), or None when they are equal."""
     if got == expected:
         return None
-    if got[0] != expected[0] or len(got[1]) != len(expected[1]):
+    if got[0] != expected[0]:
         return got[0], expected[0]
+    if len(got[1]) != len(expected[1]):  # the same container, more or fewer items
+        return f"{got[0]} of {len(got[1])}", f"{expected[0]} of {len(expected[1])}"
     for item, want in zip(got[1], expected[1]):
         found = first_difference(item, want)
         if found is not None:
@@ -88,7 +102,7 @@ def handed_otherwise_message(changed: tuple[int, str, str], program: Program) ->
     step, got, given = changed
     op = program.steps[step].op if 0 <= step < len(program.steps) else "?"
     return (
-        f"break step {step} ({op}): a {given} given to a break reached it at replay as {got}, "
+        f"break step {step} ({op}): {given} given to a break reached it at replay as {got}, "
         f"not as {given}"
     )
 
@@ -183,7 +197,7 @@ class BreakLog:
             here = step if shared is None else self._step(shared) if top else -1
             if top:
                 self.entries.append((here, _tensor_ptrs(args, kwargs)))
-                self.structures.append((here, structure((args, kwargs))))
+                self.structures.append((here, call_structure(args, kwargs)))
                 self._last = here
             self._depth += 1
             try:

@@ -25,6 +25,7 @@ from verification.certify.run import CertifyRun, CheckResult
 from verification.contracts import DECLARATION, LEGACY_DECLARATION
 from verification.findings import (
     FINDING_KINDS,
+    HARNESS_ERROR,
     Finding,
     RootCause,
     about_target,
@@ -146,12 +147,15 @@ def certificate(
     results = [r for r in results if r.section is None]
     sensitivity = sections.get("sensitivity")
     findings = [f for r in results for f in r.findings]
-    passed = not any(fails_certificate(f.kind) for f in findings)
+    failed = any(fails_certificate(f.kind) for f in findings)
+    # A harness that failed has judged nothing: no pass, whatever else ran clean.
+    broke = any(f.kind == HARNESS_ERROR for f in findings)
+    passed = not failed and not broke
     # Each bug once, however many checks reached it.
     causes = root_causes(f for f in findings if f.fails)
     overrides = dict(overrides or {})
     return {
-        "verdict": "pass" if passed else "fail",
+        "verdict": "fail" if failed else "error" if broke else "pass",
         "passed": passed,
         "simulated": run.device == "sim",
         "command": command,
@@ -240,7 +244,11 @@ def markdown(cert: dict[str, Any]) -> str:
         f"# Certificate: {verdict} for `{target['name']}`{version}",
         "",
         f"- verdict: **{verdict}**"
-        + (": no check found a bug of the target" if cert["passed"] else ": see Findings"),
+        + {
+            "pass": ": no check found a bug of the target",
+            "fail": ": see Findings",
+            "error": ": none; the harness itself failed (see Findings), so nothing is certified",
+        }[cert["verdict"]],
         f"- target: `{target['name']}`{version}, commit {target['describe']}",
         f"- contract: **{contract['name']}**, {_CONTRACT_SOURCES[contract['source']]}: "
         f"{contract['summary']}",

@@ -215,7 +215,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         print("WARNING: certified on the CUDA SIMULATOR, not a real GPU; rerun with --device cuda")
     if cert["sensitivity"] is not None:
         print(f"sensitivity: {sensitivity.summary_line(cert['sensitivity'])}")
-    verdict = "PASS" if cert["passed"] else "FAIL"
+    verdict = cert["verdict"].upper()
     contract = target.contract.name
     print(f"certify: {verdict} under contract {contract}, certificate written to {args.out}")
     if any(f.kind == HARNESS_ERROR for r in results for f in r.findings):

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.causes import describe, forwarder, target_frame
+from verification.causes import describe, entry_frame, forwarder
 from verification.contracts import COLLECTOR, collector_frozen
 from verification.execute import collector_paused
 from verification.findings import CALLER_DUTY, TORCH_LIMIT, Finding
@@ -318,9 +318,10 @@ def _faulted_then_recovered(
         return f"{where} was swallowed: no exception came out"
     if point != "illegal-call" and not isinstance(propagated, InjectedFault):
         return f"{where} came out as {describe(propagated)} instead of the injected exception"
-    through = target_frame(propagated)
+    through = entry_frame(propagated)
     if through is not None:
-        # The code the fault went through tells one missing cleanup from another.
+        # The entry point the fault came out of is where its cleanup belongs: it tells one
+        # missing cleanup from another.
         where += f" [through {through}]"
     left = _left_active(target) or _decorated_call_problem(target, config.device)
     if left is not None:
@@ -454,7 +455,11 @@ def caught_break_problem(config: CheckConfig) -> str | None:
         if not caught:
             return f"a break that raised at capture reached its caller as {describe(error)}, not as raised"
         left = _left_active(target)  # refused to close: what the check prefers
-        return None if left is None else f"after a capture refused to close: {left}"
+        if left is None:
+            return None
+        through = entry_frame(error)
+        where = "" if through is None else f" [through {through}]"
+        return f"after a capture refused to close{where}: {left}"
     finally:
         torch.cuda.current_stream().wait_stream(side)
     left = _left_active(target)

@@ -101,6 +101,6 @@ def describe(error: BaseException) -> str:
     return repr(error)
 
 
-def target_frame(error: BaseException) -> None:
+def entry_frame(error: BaseException) -> None:
     """The frame of the target an exception passed: a script's traceback names it."""
     return None

@@ -152,7 +152,7 @@ class _Bundle:
 
 # Every script's stand-in for the harness's frame finder: a script names no target frame.
 _DESCRIBE = (causes.describe, script_program.describe)
-_TARGET_FRAME = (causes.target_frame, script_program.target_frame)
+_TARGET_FRAME = (causes.entry_frame, script_program.entry_frame)
 
 
 def render(finding: Finding, target: Target, kind: str, command: str) -> str:

@@ -382,6 +382,8 @@ def foreign_add_eager_problem(config: CheckConfig) -> str | None:
     def foreign() -> None:
         if not inside.wait(WAIT_S):
             raise TimeoutError("thread A never reached its capture")
+        # A target that shows B thread A's capture records B's work there, whatever B calls.
+        holder["seen"] = target.BreakableCUDAGraphCapture.current()
         try:
             holder["capture"].add_eager(lambda: ran.append("B"))
         except Exception:  # refused: what the check prefers
@@ -394,6 +396,8 @@ def foreign_add_eager_problem(config: CheckConfig) -> str | None:
         t.start()
     for t in threads:
         t.join(WAIT_S)
+    if holder.get("seen") is not None:
+        return "current() in another thread returned thread A's open capture"
     if errors:
         label, error = errors[0]
         return f"after thread B called add_eager on thread A's open capture, {label} raised {describe(error)}"
