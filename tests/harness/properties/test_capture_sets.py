@@ -2,7 +2,8 @@
 pool in any order on any stream as eager does, and the checks find the planted bugs of each
 dimension: a replay running the newest capture's breaks (pool), the caller's stream left
 changed and eager steps replayed on the capture's stream (stream-order), and aliases cached
-per address across batch sizes (engine). A capture set is drawn, shrunk and printed in a
+per address across batch sizes (engine), and a capture-set API slicing its static buffers one
+row down for its smallest size (engine). A capture set is drawn, shrunk and printed in a
 reproducer that stands alone."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from tests.property_checks import check, failing
 from verification.planted import vllm_minimal
 from verification.properties.base import CheckConfig
 from verification.properties.capture_set import CaptureSet, capture_set_problem, capture_sets
-from verification.properties.engine import CANONICAL, engine_problem
+from verification.properties.engine import CANONICAL, engine_problem, sweep_problem
 from verification.targets import load_target
 
 SET = CaptureSet(
@@ -47,6 +48,19 @@ def test_the_engine_scenario_replays_as_eager_on_the_library(bcg_kind, bcg_devic
     assert engine_problem(CANONICAL, config) is None
 
 
+def test_the_librarys_capture_set_api_replays_every_drawn_size_as_eager(bcg_kind, bcg_device):
+    config = CheckConfig(load_target("breakable_cudagraph"), bcg_kind, bcg_device, 1)
+    assert config.target.capture_set is not None
+    for sizes in ((1,), (4, 2), (4, 3, 1)):
+        assert sweep_problem(sizes, config) is None, sizes
+
+
+def test_a_target_without_a_capture_set_api_skips_its_check(bcg_kind, bcg_device):
+    config = CheckConfig(load_target(vllm_minimal), bcg_kind, bcg_device, 1)
+    assert config.target.capture_set is None
+    assert sweep_problem((2, 1), config) is None
+
+
 def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_kind, bcg_device):
     # vLLM's contract: the logits processor writes into its buffer instead of returning.
     config = CheckConfig(load_target(vllm_minimal), bcg_kind, bcg_device, 1)
@@ -61,6 +75,11 @@ def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_k
         ("capture_restores_default_stream", "stream-order", "left the caller's current stream"),
         ("replay_eager_on_capture_stream", "stream-order", ("stream race", "stale")),
         ("alias_cached_per_address", "engine", "the target raised"),
+        (
+            "capture_set_slice_off_by_one",
+            "engine",
+            "a call of the capture set at batch 1 (sizes (3, 2, 1)): the logits differ",
+        ),
     ],
 )
 def test_each_planted_bug_of_capture_sets_and_streams_is_found_by_its_check(
