@@ -200,7 +200,10 @@ class CaptureSet:
         sliced = captured.slices.get(batch)
         if sliced is None:
             inputs = [buffer[:batch] for buffer in self._buffers]
+            # No padding at a captured size: filling an empty slice still costs a dispatch.
             padding = [buffer[batch : captured.size] for buffer in self._buffers]
+            if batch == captured.size:
+                padding = []
             outputs = map_tensors(captured.entry.outputs, lambda out: out[:batch])
             sliced = captured.slices[batch] = (inputs, padding, outputs)
         return sliced
