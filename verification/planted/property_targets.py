@@ -734,6 +734,12 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
             "        static = [buffer[shift : size + shift] for buffer in self._buffers]",
         ),
     ),
+    "capture_set_output_unsliced": (
+        "the capture set returns a padded batch's outputs at the captured size, padding rows "
+        "included, not sliced back to the batch",
+        "engine",
+        _edited("capture_set", "lambda out: out[:batch]", "lambda out: out"),
+    ),
 }
 NOT_BUGS: dict[str, Callable[[ModuleType], None]] = {"strong_arguments": _strong_arguments}
 # Variants judged by another contract than the library's own.

@@ -21,7 +21,8 @@ given the same decoder as a function of the batch and the same sizes: making the
 the function at every size, largest first; a call at every captured size, at a batch one below
 each size that is not captured (padded), and at one above the largest (eager) must equal the
 eager forward at that batch, with outputs of that batch, without running the function except
-above the largest size, and leave the caller's stream current.
+above the largest size, and leave the caller's stream current; a fixed set of sizes 4 and 2
+runs first, so that padded batches are always among them.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ CANONICAL: dict[str, Any] = {
     },
     "biased": (False, True),
 }
+# The capture set's fixed scenario, also run first: batches 1 and 3 fall between sizes (padded),
+# 5 above them (eager), whatever sizes are drawn.
+SWEEP_SIZES = (4, 2)
 
 
 class AttentionMetadata:
@@ -456,6 +460,7 @@ def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[Finding]]:
         found = Findings(NAME, config)
         found.fixed(functools.partial(engine_problem, CANONICAL))
+        found.fixed(functools.partial(sweep_problem, SWEEP_SIZES))
 
         def body(scenario: dict[str, Any]) -> Finding | None:
             problem = engine_problem(scenario, config)

@@ -3,7 +3,7 @@ pool in any order on any stream as eager does, and the checks find the planted b
 dimension: a replay running the newest capture's breaks (pool), the caller's stream left
 changed and eager steps replayed on the capture's stream (stream-order), and aliases cached
 per address across batch sizes (engine), and a capture-set API slicing its static buffers one
-row down for its smallest size (engine). A capture set is drawn, shrunk and printed in a
+row down for its smallest size or returning a padded batch's outputs unsliced (engine). A capture set is drawn, shrunk and printed in a
 reproducer that stands alone."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.property_checks import check, failing
 from verification.planted import vllm_minimal
 from verification.properties.base import CheckConfig
 from verification.properties.capture_set import CaptureSet, capture_set_problem, capture_sets
-from verification.properties.engine import CANONICAL, engine_problem, sweep_problem
+from verification.properties.engine import CANONICAL, SWEEP_SIZES, engine_problem, sweep_problem
 from verification.targets import load_target
 
 SET = CaptureSet(
@@ -80,6 +80,11 @@ def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_k
             "engine",
             "a call of the capture set at batch 1 (sizes (3, 2, 1)): the logits differ",
         ),
+        (
+            "capture_set_output_unsliced",
+            "engine",
+            "a call of the capture set at batch 1 (sizes (4, 2)): the logits have shape (2, 32)",
+        ),
     ],
 )
 def test_each_planted_bug_of_capture_sets_and_streams_is_found_by_its_check(
@@ -111,3 +116,9 @@ def test_the_caller_stream_is_checked_after_every_replay(bcg_kind, bcg_device):
     config = CheckConfig(target, bcg_kind, bcg_device, 1)
     problem = capture_set_problem(PROGRAM, CaptureSet(), config)
     assert problem is not None and "replay() left the caller's current stream" in problem
+
+
+def test_a_capture_set_api_finding_stands_alone(bcg_kind, tmp_path: Path):
+    scenario = {"fixed": "verification.properties.engine:sweep_problem", "args": (SWEEP_SIZES,)}
+    case = ("capture_set_output_unsliced", PROGRAM, scenario, "the logits have shape (2, 32)")
+    _fails_on_the_planted_bug("engine", case, bcg_kind, tmp_path)
