@@ -19,8 +19,8 @@ the reverse). Every size is first run eagerly on the capture stream (kernels, cu
 and workspaces exist before the measured window, as after an engine's profiling run), then the
 sweep is timed. Reported: the sweep's time, the pool's reserved bytes (``memory_reserved``
 delta) and the device memory beyond it (``mem_get_info`` delta minus the reserved delta: the
-instantiated graphs), and the median of synced replays at batch 1, 8 and 64 (static inputs
-copied in, as an engine's step does), each checked against the eager step.
+instantiated graphs), and the median of synced replays at batch 1, 8 and 64 on the capture
+stream (static inputs copied in, as an engine's step does), each checked against the eager step.
 
 Usage: ``python -m bench.capture_sweep [--layers 8 32] [--out DIR] [--quick] [--device sim]``;
 writes ``capture_sweep.json``, ``capture_sweep.md`` and, when matplotlib imports,
@@ -83,10 +83,9 @@ class HostLengths:
         self.lengths = lengths
 
 
-def _attend(q, k, v, positions, cache, length: int, out: torch.Tensor) -> None:
+def _attend(q, k, v, positions, keys, values, length: int, out: torch.Tensor) -> None:
     """Writes this step's keys and values at each sequence's position, then attends over the
     first ``length`` cache positions, each sequence masked past its own position."""
-    keys, values = cache
     batch = q.shape[0]
     rows = torch.arange(batch, device=q.device)
     keys[rows, positions] = k
@@ -102,14 +101,25 @@ def _attend(q, k, v, positions, cache, length: int, out: torch.Tensor) -> None:
     out.copy_(o.squeeze(2))
 
 
-def host_attention(q, k, v, positions, cache, host: HostLengths, out: torch.Tensor) -> None:
-    """The break: the longest sequence of the batch is read on the host (not capturable)."""
-    _attend(q, k, v, positions, cache, max(host.lengths[: q.shape[0]]), out)
+def host_attention(host: HostLengths, q, k, v, positions, keys, values, out) -> None:
+    """The break: the longest sequence of the batch is read on the host (not capturable).
+    ``host`` is bound before the call, as vLLM's attention reads its forward context, so a
+    break's arguments are tensors only."""
+    _attend(q, k, v, positions, keys, values, max(host.lengths[: q.shape[0]]), out)
 
 
-def dense_attention(q, k, v, positions, cache, host: HostLengths, out: torch.Tensor) -> None:
+def reading(host: HostLengths) -> Callable[..., None]:
+    """``host_attention`` with ``host`` bound, as a plain function (a break's name is its own)."""
+
+    def attention(q, k, v, positions, keys, values, out) -> None:
+        host_attention(host, q, k, v, positions, keys, values, out)
+
+    return attention
+
+
+def dense_attention(q, k, v, positions, keys, values, out) -> None:
     """Capturable: attends over the whole cache, masked on the device."""
-    _attend(q, k, v, positions, cache, cache[0].shape[1], out)
+    _attend(q, k, v, positions, keys, values, keys.shape[1], out)
 
 
 class DecodeStep:
@@ -145,11 +155,11 @@ class DecodeStep:
     ) -> torch.Tensor:
         d, heads = self.shape.hidden, self.shape.heads
         batch = h.shape[0]
-        for (wqkv, wo, w_gate_up, w_down), cache in zip(self.layers, self.caches):
+        for (wqkv, wo, w_gate_up, w_down), (keys, values) in zip(self.layers, self.caches):
             x = F.rms_norm(h, (d,), self.norm)
             q, k, v = (x @ wqkv).view(batch, 3, heads, d // heads).unbind(1)
             out = torch.empty_like(q)
-            attention(q, k, v, positions, cache, self.host, out)
+            attention(q, k, v, positions, keys, values, out)
             h = h + out.view(batch, d) @ wo
             gate, up = (F.rms_norm(h, (d,), self.norm) @ w_gate_up).chunk(2, dim=-1)
             h = h + (F.silu(gate) * up) @ w_down
@@ -198,7 +208,7 @@ class _SliceSweep:
 def sweep_capture_set(model: DecodeStep, stream: torch.cuda.Stream) -> Callable:
     import breakable_cudagraph as bcg
 
-    attention = bcg.eager_break_during_capture(host_attention)
+    attention = bcg.eager_break_during_capture(reading(model.host))
     device = model.norm.device
     examples = (
         torch.zeros(1, model.shape.hidden, device=device, dtype=torch.bfloat16),
@@ -219,9 +229,10 @@ def sweep_minimal(model: DecodeStep, stream: torch.cuda.Stream) -> Callable:
     sweep = _SliceSweep(model, model.shape.sizes)
     pool = torch.cuda.graph_pool_handle()
     current: list[Any] = [None]
+    host_read = reading(model.host)
 
     def attention(*args: Any) -> None:
-        current[0].brk(host_attention, *args)
+        current[0].brk(host_read, *args)
 
     enabled = gc.isenabled()
     gc.disable()
@@ -277,7 +288,7 @@ def _step_inputs(model: DecodeStep, batch: int, seed: int) -> tuple[torch.Tensor
 def measure(column: str, shape: Shape, device: str) -> dict[str, Any]:
     """One column in this process: warm-up, the timed sweep, its memory, replays."""
     model = DecodeStep(shape, device)
-    attention = dense_attention if column == "full_graph" else host_attention
+    attention = dense_attention if column == "full_graph" else reading(model.host)
     stream = torch.cuda.Stream()
     top = max(shape.sizes)
     h = torch.zeros(top, shape.hidden, device=device, dtype=torch.bfloat16)
@@ -307,19 +318,24 @@ def measure(column: str, shape: Shape, device: str) -> dict[str, Any]:
         values.zero_()
     replays: dict[str, float] = {}
     correct = True
-    for batch in (b for b in shape.batches if b <= top):
-        step_h, step_positions = _step_inputs(model, batch, seed=batch)
-        expected = model.forward(step_h, step_positions, host_attention).float()
-        got = call(step_h, step_positions).float()
-        correct &= bool(torch.allclose(got, expected, rtol=3e-2, atol=3e-2))
-        times = []
-        for _ in range(shape.replays):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            call(step_h, step_positions)
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-        replays[str(batch)] = statistics.median(times)
+    exact = reading(model.host)
+    # Replays run on the capture stream, as an engine that captures on the stream it replays
+    # on (a chain replayed on another stream than it was captured on runs every kernel slower).
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for batch in (b for b in shape.batches if b <= top):
+            step_h, step_positions = _step_inputs(model, batch, seed=batch)
+            expected = model.forward(step_h, step_positions, exact).float()
+            got = call(step_h, step_positions).float()
+            correct &= bool(torch.allclose(got, expected, rtol=3e-2, atol=3e-2))
+            times = []
+            for _ in range(shape.replays):
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                call(step_h, step_positions)
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+            replays[str(batch)] = statistics.median(times)
     return {
         "column": column,
         "warmup_s": warmup_s,
