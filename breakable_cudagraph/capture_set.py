@@ -196,7 +196,9 @@ class CaptureSet:
         entry.outputs = hold_for_replay(entry.outputs, pool_memory)
         return _Size(size, entry, static, {})
 
-    def _slices(self, captured: _Size, batch: int) -> tuple[list[torch.Tensor], ...]:
+    def _slices(
+        self, captured: _Size, batch: int
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], Any]:
         sliced = captured.slices.get(batch)
         if sliced is None:
             inputs = [buffer[:batch] for buffer in self._buffers]
