@@ -740,6 +740,16 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "engine",
         _edited("capture_set", "lambda out: out[:batch]", "lambda out: out"),
     ),
+    "capture_set_pool_per_size": (
+        "the capture set captures each size into a new pool of its own",
+        "engine",
+        _edited(
+            "capture_set",
+            "        entry = self._runner._capture_entry(",
+            "        self._runner.pool = torch.cuda.graph_pool_handle()\n"
+            "        entry = self._runner._capture_entry(",
+        ),
+    ),
 }
 NOT_BUGS: dict[str, Callable[[ModuleType], None]] = {"strong_arguments": _strong_arguments}
 # Variants judged by another contract than the library's own.

@@ -21,7 +21,8 @@ given the same decoder as a function of the batch and the same sizes: making the
 the function at every size, largest first; a call at every captured size, at a batch one below
 each size that is not captured (padded), and at one above the largest (eager) must equal the
 eager forward at that batch, with outputs of that batch, without running the function except
-above the largest size, and leave the caller's stream current; a fixed set of sizes 4 and 2
+above the largest size, and leave the caller's stream current; the outputs of every replayed
+call must lie in one graph pool. A fixed set of sizes 4 and 2
 runs first, so that padded batches are always among them.
 """
 
@@ -48,7 +49,7 @@ from verification.properties.base import (
     timed,
 )
 from verification.properties.capture_set import CaptureSet, capture_sets
-from verification.properties.runs import stream_left, takes_stream
+from verification.properties.runs import pool_of, stream_left, takes_stream
 from verification.search import symptom
 
 NAME = "engine"
@@ -361,6 +362,8 @@ def _sweep_call_problem(
         return f"{where}, above the largest size, ran the function at batches {ran}, not once"
     if not isinstance(got, (tuple, list)) or len(got) != len(expected):
         return f"{where} returned {type(got).__name__}, expected {len(expected)} tensors"
+    if batch <= max(step.sizes):
+        step.pools.add(pool_of(got[0]))
     for name, actual, want in zip(("logits", "probabilities"), got, expected):
         if tuple(actual.shape) != tuple(want.shape):
             return (
@@ -382,6 +385,7 @@ class _SweptStep:
     state: LogitBias
     breaks: tuple[Any, Any, bool]
     batches: list[int]
+    pools: set[Any]  # the graph pool of each replayed call's logits (None: no graph pool)
 
     def __call__(
         self, tokens: torch.Tensor, last: torch.Tensor, seq_lens: torch.Tensor
@@ -401,7 +405,7 @@ def sweep_problem(sizes: tuple[int, ...], config: Any) -> str | None:
     wrap = target.eager_break_during_capture
     breaks = (wrap(causal_attention), wrap(bias_logits if returns else bias_logits_into), returns)
     lengths = [SEQ] * (max(sizes) + 1)
-    step = _SweptStep(model, sizes, AttentionMetadata(lengths), LogitBias(), breaks, [])
+    step = _SweptStep(model, sizes, AttentionMetadata(lengths), LogitBias(), breaks, [], set())
     long = {"dtype": torch.long, "device": device}
     examples = (torch.zeros((1, SEQ), **long), torch.zeros(1, **long), torch.zeros(1, **long))
     caller = torch.cuda.current_stream()
@@ -420,6 +424,11 @@ def sweep_problem(sizes: tuple[int, ...], config: Any) -> str | None:
             problem = _sweep_call_problem(sweep, step, batch, number, config)
             if problem is not None:
                 return problem
+        if len(step.pools) != 1 or None in step.pools:
+            return (
+                f"the capture set of sizes {sizes} returned outputs in graph pools "
+                f"{sorted(step.pools, key=str)}: every size in one graph pool was expected"
+            )
     except Exception as error:  # the target's raising is its finding, as the fuzzer counts it
         return f"the target's capture set of sizes {sizes} raised {error!r}"
     return None

@@ -3,7 +3,8 @@ pool in any order on any stream as eager does, and the checks find the planted b
 dimension: a replay running the newest capture's breaks (pool), the caller's stream left
 changed and eager steps replayed on the capture's stream (stream-order), and aliases cached
 per address across batch sizes (engine), and a capture-set API slicing its static buffers one
-row down for its smallest size or returning a padded batch's outputs unsliced (engine). A capture set is drawn, shrunk and printed in a
+row down for its smallest size, returning a padded batch's outputs unsliced or capturing
+each size into a pool of its own (engine). A capture set is drawn, shrunk and printed in a
 reproducer that stands alone."""
 
 from __future__ import annotations
@@ -84,6 +85,11 @@ def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_k
             "capture_set_output_unsliced",
             "engine",
             "a call of the capture set at batch 1 (sizes (4, 2)): the logits have shape (2, 32)",
+        ),
+        (
+            "capture_set_pool_per_size",
+            "engine",
+            "the capture set of sizes (4, 2) returned outputs in graph pools",
         ),
     ],
 )
