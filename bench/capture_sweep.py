@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import functools
 import gc
 import json
 import os
@@ -192,6 +193,7 @@ class _SliceSweep:
         self.ascending = sorted(sizes)
         self.replays: dict[int, Callable[[], Any]] = {}
         self.outputs: dict[int, torch.Tensor] = {}
+        self.graphs = 0  # instantiated graphs, over every size
 
     def __call__(self, h: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         n = h.shape[0]
@@ -242,6 +244,7 @@ def sweep_minimal(model: DecodeStep, stream: torch.cuda.Stream) -> Callable:
             with capture:
                 out = model.forward(sweep.h[:size], sweep.positions[:size], attention)
             sweep.replays[size], sweep.outputs[size] = capture.replay, _weak(out)
+            sweep.graphs += sum(not isinstance(s, functools.partial) for s in capture.steps)
     finally:
         if enabled:
             gc.enable()
@@ -262,6 +265,7 @@ def sweep_full_graph(model: DecodeStep, stream: torch.cuda.Stream) -> Callable:
                 out = model.forward(sweep.h[:size], sweep.positions[:size], dense_attention)
                 graph.capture_end()
                 sweep.replays[size], sweep.outputs[size] = graph.replay, _weak(out)
+                sweep.graphs += 1
     finally:
         torch.cuda.current_stream().wait_stream(stream)
         if enabled:
@@ -274,6 +278,14 @@ SWEEPS = {
     "minimal": sweep_minimal,
     "full_graph": sweep_full_graph,
 }
+
+
+def _graph_count(call: Any) -> int:
+    """Graphs the sweep instantiated: a capture set counts its captures' graph segments."""
+    captures = getattr(call, "captures", None)
+    if captures is not None:
+        return sum(capture.num_graphs for capture in captures)
+    return call.graphs
 
 
 def _step_inputs(model: DecodeStep, batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -342,6 +354,7 @@ def measure(column: str, shape: Shape, device: str) -> dict[str, Any]:
         "capture_s": capture_s,
         "pool_bytes": pool_bytes,
         "beyond_pool_bytes": beyond_bytes,
+        "graphs": _graph_count(call),
         "replay_s": replays,
         "correct": correct,
     }
@@ -389,6 +402,7 @@ def markdown(result: dict[str, Any]) -> str:
             ("capture of every size, s", lambda r: r["capture_s"], ".3f"),
             ("pool reserved, MiB", lambda r: r["pool_bytes"] / MIB, ".1f"),
             ("device memory beyond the pool, MiB", lambda r: r["beyond_pool_bytes"] / MIB, ".1f"),
+            ("instantiated graphs", lambda r: r["graphs"], "d"),
             (
                 "graph memory (pool + beyond), MiB",
                 lambda r: (r["pool_bytes"] + r["beyond_pool_bytes"]) / MIB,

@@ -188,7 +188,9 @@ def test_capture_sweep_runs_every_column_in_both_orders_on_the_simulator(tmp_pat
     assert set(runs["columns"]) == {"capture_set", "minimal", "full_graph"}
     for rows in runs["columns"].values():
         assert len(rows) == 2 and all(row["correct"] for row in rows), rows
-        assert all({"capture_s", "pool_bytes", "beyond_pool_bytes"} <= set(row) for row in rows)
+        assert all(
+            {"capture_s", "pool_bytes", "beyond_pool_bytes", "graphs"} <= set(row) for row in rows
+        )
         assert all(set(row["replay_s"]) == {"1", "8"} for row in rows)
     assert "| capture of every size, s |" in (tmp_path / "capture_sweep.md").read_text()
 
