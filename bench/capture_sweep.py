@@ -366,7 +366,12 @@ def _child(column: str, shape: Shape, kind: str, timeout: float) -> dict[str, An
         path = Path(scratch) / "row.json"
         command = [sys.executable, "-m", "bench.capture_sweep", "--column", column]
         command += ["--device", kind, "--shape", json.dumps(asdict(shape)), "--row", str(path)]
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        try:
+            done = subprocess.run(
+                command, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired:
+            return {"column": column, "error": f"timed out after {timeout:.0f} s"}
         if done.returncode != 0 or not path.exists():
             return {
                 "column": column,
@@ -445,6 +450,8 @@ def plot(result: dict[str, Any], path: Path) -> bool:
     for row, (layers, runs) in zip(axes, groups):
         found = {c: _first_run(runs, c) for c in COLUMNS}
         names = [c for c in COLUMNS if found[c] is not None]
+        if not names:
+            continue
         row[0].bar(names, [found[c]["capture_s"] for c in names])
         row[0].set_title(f"{layers} layers: capture of every size (s)")
         pool = [found[c]["pool_bytes"] / MIB for c in names]
@@ -457,8 +464,8 @@ def plot(result: dict[str, Any], path: Path) -> bool:
         )
         row[1].set_title("graph memory (MiB)")
         row[1].legend()
-        batches = list(next(iter(found.values()))["replay_s"]) if names else []
-        width = 0.8 / max(len(names), 1)
+        batches = list(found[names[0]]["replay_s"])
+        width = 0.8 / len(names)
         for index, c in enumerate(names):
             xs = [i + index * width for i in range(len(batches))]
             row[2].bar(xs, [found[c]["replay_s"][b] * 1e6 for b in batches], width, label=c)
