@@ -6,6 +6,7 @@ two unchanged. Everything is written against the real ``torch.cuda`` API.
 
 from .breaks import eager_break_during_capture
 from .capture import BreakableCUDAGraphCapture
+from .capture_set import CaptureSet
 from .runner import BreakableGraphRunner
 from .segments import EagerStep, GraphSegment
 from .switch import DISABLE_ENV_VAR, graphs_disabled
@@ -24,6 +25,7 @@ __all__ = [
     "DISABLE_ENV_VAR",
     "BreakableCUDAGraphCapture",
     "BreakableGraphRunner",
+    "CaptureSet",
     "EagerStep",
     "GraphSegment",
     "eager_break_during_capture",

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .arguments import PoolMemory
 from .capture import BreakableCUDAGraphCapture
 from .segments import copy_result_back
 from .switch import graphs_disabled
@@ -151,22 +152,28 @@ class BreakableGraphRunner:
             _write_back(static, inputs, written)
         if self.debug:
             self._check_addresses(entry)
-        return _outputs_for(entry, inputs)
+        return _outputs_for(entry.outputs, entry.aliases, entry.static_inputs, inputs)
 
     def _run_on(self, static_inputs: tuple[tuple[Any, ...], dict[str, Any]]) -> Callable[[], Any]:
         return lambda: self.fn(*static_inputs[0], **static_inputs[1])
 
-    def _first_call(
+    def _capture_entry(
         self,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        static_inputs: tuple[tuple[Any, ...], dict[str, Any]],
         inputs: list[torch.Tensor],
         eager: bool,
+        stream: torch.cuda.Stream,
+        pool_memory: PoolMemory | None = None,
     ) -> _Entry:
-        static_inputs = map_tensors((args, kwargs), _static_copy)
+        """Warms ``fn`` up on ``static_inputs`` and captures it on ``stream`` into the pool.
+
+        ``inputs`` are the caller's values, which each run starts from (they may be the static
+        tensors themselves: the copies are then skipped). ``pool_memory``, when given, is the
+        record of the pool's segments that the capture shares with other captures of the pool.
+        The entry's outputs hold nothing valid until a replay.
+        """
         static = tensor_leaves(static_inputs)
         run = self._run_on(static_inputs)
-        stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for index in range(self.warmup):
@@ -179,18 +186,34 @@ class BreakableGraphRunner:
             # with graphs disabled, and runs its eager breaks) starts from the caller's values.
             _copy_into(static, inputs)
         capture = BreakableCUDAGraphCapture(pool=self.pool, stream=stream, enabled=not eager)
+        if pool_memory is not None:
+            capture._pool_memory = pool_memory
         with capture:
             outputs, written = _tracking_writes(static, run)
+        addresses = [t.data_ptr() for t in tensor_leaves((static_inputs, outputs))]
+        aliases = _input_aliases(tensor_leaves(outputs), static)
+        return _Entry(static_inputs, outputs, capture, addresses, frozenset(written), aliases)
+
+    def _first_call(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        inputs: list[torch.Tensor],
+        eager: bool,
+    ) -> _Entry:
+        static_inputs = map_tensors((args, kwargs), _static_copy)
+        entry = self._capture_entry(static_inputs, inputs, eager, torch.cuda.Stream())
+        static = tensor_leaves(static_inputs)
+        written = set(entry.written)
         if not eager:
             # Capture only records work: the outputs hold nothing valid until a replay, which
             # must start from the caller's values too (breaks ran on the buffers at capture).
             _copy_into(static, inputs)
-            _, replay_written = _tracking_writes(static, capture.replay)
+            _, replay_written = _tracking_writes(static, entry.capture.replay)
             written |= replay_written
         _write_back(static, inputs, written)
-        addresses = [t.data_ptr() for t in tensor_leaves((static_inputs, outputs))]
-        aliases = _input_aliases(tensor_leaves(outputs), static)
-        return _Entry(static_inputs, outputs, capture, addresses, frozenset(written), aliases)
+        entry.written = frozenset(written)
+        return entry
 
     @staticmethod
     def _copy_inputs(entry: _Entry, inputs: Any) -> None:
@@ -270,20 +293,23 @@ def _caller_view(out: torch.Tensor, buffer: torch.Tensor, caller: torch.Tensor) 
     return caller.as_strided(out.shape, out.stride(), offset)
 
 
-def _outputs_for(entry: _Entry, inputs: list[torch.Tensor]) -> Any:
-    """The entry's outputs, with those that alias an input turned into the caller's tensors."""
-    if not entry.aliases:
-        return entry.outputs
-    static = tensor_leaves(entry.static_inputs)
+def _outputs_for(
+    outputs: Any, aliases: dict[int, int], static_inputs: Any, inputs: list[torch.Tensor]
+) -> Any:
+    """``outputs``, with those that alias an input (``aliases``: output leaf -> input leaf of
+    ``static_inputs``) turned into the same views of the caller's tensors ``inputs``."""
+    if not aliases:
+        return outputs
+    static = tensor_leaves(static_inputs)
     position = itertools.count()
     views: dict[int, torch.Tensor] = {}  # one view per output object, as eager returns one
 
     def returned(out: torch.Tensor) -> torch.Tensor:
-        source = entry.aliases.get(next(position))
+        source = aliases.get(next(position))
         if source is None:
             return out
         if id(out) not in views:
             views[id(out)] = _caller_view(out, static[source], inputs[source])
         return views[id(out)]
 
-    return map_tensors(entry.outputs, returned)
+    return map_tensors(outputs, returned)

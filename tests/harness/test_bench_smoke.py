@@ -175,3 +175,28 @@ def test_added_time_is_the_paired_median_when_a_round_has_it() -> None:
     assert targets.added_s(cells, "library", 1) == 3e-6
     del cells["1"]["library"]["added_s"]
     assert abs(targets.added_s(cells, "library", 1) - 48e-6) < 1e-12
+
+
+def test_capture_sweep_runs_every_column_in_both_orders_on_the_simulator(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "bench.capture_sweep", "--quick", "--device", "sim"]
+    done = subprocess.run(
+        [*command, "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "capture_sweep.json").read_text())
+    (runs,) = result["layers"].values()
+    assert set(runs["columns"]) == {"capture_set", "minimal", "full_graph"}
+    for rows in runs["columns"].values():
+        assert len(rows) == 2 and all(row["correct"] for row in rows), rows
+        assert all(
+            {"capture_s", "pool_bytes", "beyond_pool_bytes", "graphs"} <= set(row) for row in rows
+        )
+        assert all(set(row["replay_s"]) == {"1", "8"} for row in rows)
+    assert "| capture of every size, s |" in (tmp_path / "capture_sweep.md").read_text()
+
+
+def test_capture_sweep_refuses_zero_layers_with_one_error_line() -> None:
+    command = [sys.executable, "-m", "bench.capture_sweep", "--device", "sim", "--layers", "0"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: --layers and --replays must be at least 1"

@@ -723,6 +723,33 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "engine",
         _alias_cached_per_address,
     ),
+    "capture_set_slice_off_by_one": (
+        "the capture set's smallest size reads its static buffers one row down ([1:size + 1]), "
+        "while a call copies the batch into [:batch]",
+        "engine",
+        _edited(
+            "capture_set",
+            "static = [buffer[:size] for buffer in self._buffers]",
+            "shift = int(size == self.sizes[-1])\n"
+            "        static = [buffer[shift : size + shift] for buffer in self._buffers]",
+        ),
+    ),
+    "capture_set_output_unsliced": (
+        "the capture set returns a padded batch's outputs at the captured size, padding rows "
+        "included, not sliced back to the batch",
+        "engine",
+        _edited("capture_set", "lambda out: out[:batch]", "lambda out: out"),
+    ),
+    "capture_set_pool_per_size": (
+        "the capture set captures each size into a new pool of its own",
+        "engine",
+        _edited(
+            "capture_set",
+            "        entry = self._runner._capture_entry(",
+            "        self._runner.pool = torch.cuda.graph_pool_handle()\n"
+            "        entry = self._runner._capture_entry(",
+        ),
+    ),
 }
 NOT_BUGS: dict[str, Callable[[ModuleType], None]] = {"strong_arguments": _strong_arguments}
 # Variants judged by another contract than the library's own.
@@ -743,6 +770,7 @@ def build(variant: str | None = None) -> SimpleNamespace:
         BreakableCUDAGraphCapture=lib.BreakableCUDAGraphCapture,
         eager_break_during_capture=lib.eager_break_during_capture,
         BreakableGraphRunner=lib.BreakableGraphRunner,
+        CaptureSet=lib.CaptureSet,
         BREAK_CONTRACT=CONTRACTS.get(variant or "", "returns"),
         RELEASES_BREAK_ARGUMENTS=lib.RELEASES_BREAK_ARGUMENTS,
         REPRODUCER_IMPORT=(

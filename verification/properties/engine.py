@@ -15,6 +15,15 @@ largest first, on a stream of its own, then replays them in the drawn order on t
 stream, after copying new tokens into the static buffers, and drops and re-captures some;
 every replay must equal the eager forward on the same tokens and host values, and the
 caller's current stream must be unchanged after every capture and replay.
+
+A target with a capture-set API (:attr:`~verification.targets.Target.capture_set`) is then
+given the same decoder as a function of the batch and the same sizes: making the set must run
+the function at every size, largest first; a call at every captured size, at a batch one below
+each size that is not captured (padded), and at one above the largest (eager) must equal the
+eager forward at that batch, with outputs of that batch, without running the function except
+above the largest size, and leave the caller's stream current; the outputs of every replayed
+call must lie in one graph pool. A fixed set of sizes 4 and 2
+runs first, so that padded batches are always among them.
 """
 
 from __future__ import annotations
@@ -40,7 +49,7 @@ from verification.properties.base import (
     timed,
 )
 from verification.properties.capture_set import CaptureSet, capture_sets
-from verification.properties.runs import stream_left, takes_stream
+from verification.properties.runs import pool_of, stream_left, takes_stream
 from verification.search import symptom
 
 NAME = "engine"
@@ -52,8 +61,9 @@ VOCAB = 32
 SEQ = 3
 MAX_BATCH = 4
 RTOL = ATOL = 1e-4
-# An example costs about ten fuzz examples: the hypothesis budget is divided by this.
-COST = 10
+# An example costs about seventeen fuzz examples (ten for the runner loop, seven for a
+# target's capture set): the hypothesis budget is divided by this.
+COST = 17
 # The scenario run first, whatever is drawn: every size, out of order, one re-capture,
 # replayed on a stream neither captured on, one capture with a bias and one without.
 CANONICAL: dict[str, Any] = {
@@ -66,6 +76,9 @@ CANONICAL: dict[str, Any] = {
     },
     "biased": (False, True),
 }
+# The capture set's fixed scenario, also run first: batches 1 and 3 fall between sizes (padded),
+# 5 above them (eager), whatever sizes are drawn.
+SWEEP_SIZES = (4, 2)
 
 
 class AttentionMetadata:
@@ -191,7 +204,7 @@ def _step_inputs(
     return tokens, lengths, bias
 
 
-def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
+def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
     """Why the runner loop of ``scenario`` (a capture set and, per capture, whether a logit
     bias is set) differs from eager, or None."""
     capture_set = CaptureSet(**scenario["capture_set"])
@@ -319,6 +332,115 @@ def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
     return None
 
 
+def _sweep_batches(sizes: tuple[int, ...]) -> list[int]:
+    """Every captured size, a padded batch below each size whose batch - 1 is not captured,
+    and one above the largest, smallest first."""
+    padded = [size - 1 for size in sizes if size > 1 and size - 1 not in sizes]
+    return [*sorted({*sizes, *padded}), max(sizes) + 1]
+
+
+def _sweep_call_problem(
+    sweep: Any, step: _SweptStep, batch: int, number: int, config: Any
+) -> str | None:
+    """One call of the capture set at ``batch``, against the eager forward on the same tokens."""
+    tokens, lengths, _ = _step_inputs(config.seed * 1000 + number, batch, False)
+    step.metadata.lengths[:batch] = lengths
+    lens = torch.tensor(lengths, dtype=torch.long)
+    batched = (tokens.to(config.device), (lens - 1).to(config.device), lens.to(config.device))
+    expected = step.model.forward(*batched, step.metadata, step.state, step.breaks)
+    before, caller = len(step.batches), torch.cuda.current_stream()
+    got = sweep(*batched)
+    where = f"a call of the capture set at batch {batch} (sizes {step.sizes})"
+    left = stream_left(caller, where)
+    torch.cuda.synchronize()
+    ran = step.batches[before:]
+    if left is not None:
+        return left
+    if batch <= max(step.sizes) and ran:
+        return f"{where} ran the function eagerly at batch {ran}, not a captured size's replay"
+    if batch > max(step.sizes) and ran != [batch]:
+        return f"{where}, above the largest size, ran the function at batches {ran}, not once"
+    if not isinstance(got, (tuple, list)) or len(got) != len(expected):
+        return f"{where} returned {type(got).__name__}, expected {len(expected)} tensors"
+    if batch <= max(step.sizes):
+        step.pools.add(pool_of(got[0]))
+    for name, actual, want in zip(("logits", "probabilities"), got, expected):
+        if tuple(actual.shape) != tuple(want.shape):
+            return (
+                f"{where}: the {name} have shape {tuple(actual.shape)}, eager's {tuple(want.shape)}"
+            )
+        if not torch.allclose(actual, want, rtol=RTOL, atol=ATOL, equal_nan=False):
+            worst = (actual - want).abs().nan_to_num(float("inf")).max().item()
+            return f"{where}: the {name} differ from eager (largest difference {worst:.3g})"
+    return None
+
+
+@dataclass
+class _SweptStep:
+    """The decoder as a function of the batch, recording the batch of every run."""
+
+    model: TinyDecoder
+    sizes: tuple[int, ...]
+    metadata: AttentionMetadata
+    state: LogitBias
+    breaks: tuple[Any, Any, bool]
+    batches: list[int]
+    pools: set[Any]  # the graph pool of each replayed call's logits (None: no graph pool)
+
+    def __call__(
+        self, tokens: torch.Tensor, last: torch.Tensor, seq_lens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.batches.append(tokens.shape[0])
+        return self.model.forward(tokens, last, seq_lens, self.metadata, self.state, self.breaks)
+
+
+def sweep_problem(sizes: tuple[int, ...], config: Any) -> str | None:
+    """Why the target's capture set of ``sizes`` differs from eager, or None (also for a target
+    without one)."""
+    target, device = config.target, config.device
+    if target.capture_set is None:
+        return None
+    returns = bool(target.supports_tensor_returns)
+    model = TinyDecoder.build(device, config.seed)
+    wrap = target.eager_break_during_capture
+    breaks = (wrap(causal_attention), wrap(bias_logits if returns else bias_logits_into), returns)
+    lengths = [SEQ] * (max(sizes) + 1)
+    step = _SweptStep(model, sizes, AttentionMetadata(lengths), LogitBias(), breaks, [], set())
+    long = {"dtype": torch.long, "device": device}
+    examples = (torch.zeros((1, SEQ), **long), torch.zeros(1, **long), torch.zeros(1, **long))
+    caller = torch.cuda.current_stream()
+    try:
+        with collector_paused():
+            sweep = target.capture_set(step, sizes, examples)
+        left = stream_left(caller, f"making a capture set of sizes {sizes}")
+        if left is not None:
+            return left
+        if set(step.batches) != set(sizes) or step.batches != sorted(step.batches, reverse=True):
+            return (
+                f"making a capture set of sizes {sizes} ran the function at batches "
+                f"{step.batches}: every size once or more, largest first, was expected"
+            )
+        for number, batch in enumerate(_sweep_batches(sizes)):
+            problem = _sweep_call_problem(sweep, step, batch, number, config)
+            if problem is not None:
+                return problem
+        if len(step.pools) != 1 or None in step.pools:
+            return (
+                f"the capture set of sizes {sizes} returned outputs in graph pools "
+                f"{sorted(step.pools, key=str)}: every size in one graph pool was expected"
+            )
+    except Exception as error:  # the target's raising is its finding, as the fuzzer counts it
+        return f"the target's capture set of sizes {sizes} raised {error!r}"
+    return None
+
+
+def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
+    """Why the runner loop of ``scenario``, or the target's capture set of its sizes, differs
+    from eager, or None."""
+    sizes = tuple(scenario["capture_set"]["sizes"])
+    return _runner_loop_problem(scenario, config) or sweep_problem(sizes, config)
+
+
 def scenarios() -> st.SearchStrategy[dict[str, Any]]:
     """Engine scenarios as plain data: a capture set, and per capture whether a bias is set."""
     return st.builds(
@@ -338,6 +460,7 @@ def _key(finding: Finding) -> tuple[str, str, str]:
     batch size, replay, lengths or message text it showed with (each would shrink again)."""
     message = re.sub(r"raised (\w+)\(.*", r"raised \1", finding.message, flags=re.S)
     message = re.sub(r"^the capture of batch size [^:]*: ", "", message)
+    message = re.sub(r"^a call of the capture set at batch [^:]*: ", "the capture set: ", message)
     message = re.sub(r"^replay .*: the (\w+) differ.*", r"the \1 differ from eager", message)
     return finding.check, finding.kind, symptom(message)
 
@@ -346,6 +469,7 @@ def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[Finding]]:
         found = Findings(NAME, config)
         found.fixed(functools.partial(engine_problem, CANONICAL))
+        found.fixed(functools.partial(sweep_problem, SWEEP_SIZES))
 
         def body(scenario: dict[str, Any]) -> Finding | None:
             problem = engine_problem(scenario, config)

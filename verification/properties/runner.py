@@ -60,7 +60,7 @@ from verification.properties.base import (
     property_finding,
     timed,
 )
-from verification.properties.runs import DEFAULT_POOL
+from verification.properties.runs import pool_of
 
 NAME = "runner"
 RUNNER = "BreakableGraphRunner"
@@ -275,18 +275,6 @@ def describe(relation: Relation) -> str:
     return "has memory of its own"
 
 
-def _pool_of(tensor: torch.Tensor) -> tuple[int, int] | None:
-    """The graph pool ``tensor``'s memory lies in, or None (the default pool)."""
-    address = tensor.untyped_storage().data_ptr()
-    for segment in torch.cuda.memory_snapshot():
-        pool = tuple(segment.get("segment_pool_id") or DEFAULT_POOL)
-        if pool != DEFAULT_POOL and segment["address"] <= address < segment["address"] + int(
-            segment["total_size"]
-        ):
-            return pool  # type: ignore[return-value]
-    return None
-
-
 def _call_problem(
     where: str,
     result: Any,
@@ -364,7 +352,7 @@ def _sequence_problem(program: Program, config: CheckConfig, graphs: bool) -> st
                 return f"{where}: a repeated signature returned other tensors than its first call"
         else:
             first[call.label] = list(result)
-            if graphs and _pool_of(result[-1]) != tuple(pool):
+            if graphs and pool_of(result[-1]) != tuple(pool):
                 return f"{where}: the capture did not allocate in the runner's pool {pool}"
     return None
 
@@ -390,7 +378,7 @@ def debug_problem(config: CheckConfig) -> str | None:
             return (
                 f"debug={debug}: a runner whose buffers never moved raised {describe_error(error)}"
             )
-        pools = {_pool_of(out), _pool_of(other)}
+        pools = {pool_of(out), pool_of(other)}
         if len(pools) != 1 or None in pools:
             return f"the captures of two signatures of one runner lie in graph pools {pools}"
         out.set_(torch.empty_like(out))  # the caller moves the static output

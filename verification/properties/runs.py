@@ -245,6 +245,18 @@ def graph_pool_bytes() -> int:
     )
 
 
+def pool_of(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """The graph pool ``tensor``'s memory lies in, or None (the default pool)."""
+    address = tensor.untyped_storage().data_ptr()
+    for segment in torch.cuda.memory_snapshot():
+        pool = tuple(segment.get("segment_pool_id") or DEFAULT_POOL)
+        if pool != DEFAULT_POOL and segment["address"] <= address < segment["address"] + int(
+            segment["total_size"]
+        ):
+            return pool  # type: ignore[return-value]
+    return None
+
+
 def in_graph_pool(tensor: torch.Tensor) -> bool:
     """Whether ``tensor``'s memory lies in a graph pool (it was made inside a capture)."""
     address = tensor.untyped_storage().data_ptr()

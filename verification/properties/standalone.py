@@ -28,7 +28,7 @@ from verification.findings import Finding
 from verification.programs import Program, input_expr
 from verification.properties import pool, runner, script_program, stream_order
 from verification.report import program_source
-from verification.targets import Target
+from verification.targets import CAPTURE_SET, Target
 
 HARNESS = "verification."
 # Harness modules a reproducer may not copy from: a scenario that reaches them (the op
@@ -260,6 +260,7 @@ def _script(
         "        module=target,\n"
         "        BreakableCUDAGraphCapture=target.BreakableCUDAGraphCapture,\n"
         "        eager_break_during_capture=target.eager_break_during_capture,\n"
+        f"        capture_set=getattr(target, {CAPTURE_SET!r}, None),\n"
         f"        supports_tensor_returns={target.supports_tensor_returns!r},\n"
         f"        releases_break_arguments={target.releases_break_arguments!r},\n"
         f"        caller_duties={target.caller_duties!r},\n"

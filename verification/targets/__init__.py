@@ -6,7 +6,9 @@ break decorator). :func:`load_target` checks those names and raises
 :class:`~verification.errors.UsageError` naming whatever is missing. The target's break
 contract is the one it declares (see :mod:`verification.contracts`) unless overridden. A
 target that promises to keep no capture intermediate it was given alive declares
-:data:`RELEASE_DECLARATION`; holding one is then a bug, not memory held.
+:data:`RELEASE_DECLARATION`; holding one is then a bug, not memory held. Optional features
+are read where a check needs them: a target exposing :data:`CAPTURE_SET` (a batch-size sweep
+as ``breakable_cudagraph.CaptureSet`` takes it) is checked through it, others are not.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ REQUIRED_CAPTURE_METHODS = ("add_eager", "replay", "current")
 # ``RELEASES_BREAK_ARGUMENTS = True``: a tensor made inside the capture and given to a break
 # dies when its caller drops it, while the capture lives (held by a non-owning alias).
 RELEASE_DECLARATION = "RELEASES_BREAK_ARGUMENTS"
+# ``CaptureSet(fn, sizes, example_inputs, pad_value=...)``: every size captured at start-up into
+# one pool, a call replaying the smallest size that fits its batch (optional).
+CAPTURE_SET = "CaptureSet"
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,11 @@ class Target:
     @property
     def releases_break_arguments(self) -> bool:
         return getattr(self.module, RELEASE_DECLARATION, False) is True
+
+    @property
+    def capture_set(self) -> Any | None:
+        """The target's capture-set class (:data:`CAPTURE_SET`), or None if it has none."""
+        return getattr(self.module, CAPTURE_SET, None)
 
     @property
     def BreakableCUDAGraphCapture(self) -> Any:

@@ -2,7 +2,9 @@
 pool in any order on any stream as eager does, and the checks find the planted bugs of each
 dimension: a replay running the newest capture's breaks (pool), the caller's stream left
 changed and eager steps replayed on the capture's stream (stream-order), and aliases cached
-per address across batch sizes (engine). A capture set is drawn, shrunk and printed in a
+per address across batch sizes (engine), and a capture-set API slicing its static buffers one
+row down for its smallest size, returning a padded batch's outputs unsliced or capturing
+each size into a pool of its own (engine). A capture set is drawn, shrunk and printed in a
 reproducer that stands alone."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from tests.property_checks import check, failing
 from verification.planted import vllm_minimal
 from verification.properties.base import CheckConfig
 from verification.properties.capture_set import CaptureSet, capture_set_problem, capture_sets
-from verification.properties.engine import CANONICAL, engine_problem
+from verification.properties.engine import CANONICAL, SWEEP_SIZES, engine_problem, sweep_problem
 from verification.targets import load_target
 
 SET = CaptureSet(
@@ -47,6 +49,19 @@ def test_the_engine_scenario_replays_as_eager_on_the_library(bcg_kind, bcg_devic
     assert engine_problem(CANONICAL, config) is None
 
 
+def test_the_librarys_capture_set_api_replays_every_drawn_size_as_eager(bcg_kind, bcg_device):
+    config = CheckConfig(load_target("breakable_cudagraph"), bcg_kind, bcg_device, 1)
+    assert config.target.capture_set is not None
+    for sizes in ((1,), (4, 2), (4, 3, 1)):
+        assert sweep_problem(sizes, config) is None, sizes
+
+
+def test_a_target_without_a_capture_set_api_skips_its_check(bcg_kind, bcg_device):
+    config = CheckConfig(load_target(vllm_minimal), bcg_kind, bcg_device, 1)
+    assert config.target.capture_set is None
+    assert sweep_problem((2, 1), config) is None
+
+
 def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_kind, bcg_device):
     # vLLM's contract: the logits processor writes into its buffer instead of returning.
     config = CheckConfig(load_target(vllm_minimal), bcg_kind, bcg_device, 1)
@@ -61,6 +76,21 @@ def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_k
         ("capture_restores_default_stream", "stream-order", "left the caller's current stream"),
         ("replay_eager_on_capture_stream", "stream-order", ("stream race", "stale")),
         ("alias_cached_per_address", "engine", "the target raised"),
+        (
+            "capture_set_slice_off_by_one",
+            "engine",
+            "a call of the capture set at batch 1 (sizes (3, 2, 1)): the logits differ",
+        ),
+        (
+            "capture_set_output_unsliced",
+            "engine",
+            "a call of the capture set at batch 1 (sizes (4, 2)): the logits have shape (2, 32)",
+        ),
+        (
+            "capture_set_pool_per_size",
+            "engine",
+            "the capture set of sizes (4, 2) returned outputs in graph pools",
+        ),
     ],
 )
 def test_each_planted_bug_of_capture_sets_and_streams_is_found_by_its_check(
@@ -92,3 +122,9 @@ def test_the_caller_stream_is_checked_after_every_replay(bcg_kind, bcg_device):
     config = CheckConfig(target, bcg_kind, bcg_device, 1)
     problem = capture_set_problem(PROGRAM, CaptureSet(), config)
     assert problem is not None and "replay() left the caller's current stream" in problem
+
+
+def test_a_capture_set_api_finding_stands_alone(bcg_kind, tmp_path: Path):
+    scenario = {"fixed": "verification.properties.engine:sweep_problem", "args": (SWEEP_SIZES,)}
+    case = ("capture_set_output_unsliced", PROGRAM, scenario, "the logits have shape (2, 32)")
+    _fails_on_the_planted_bug("engine", case, bcg_kind, tmp_path)
