@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -45,3 +46,28 @@ class DeviceRNG:
         finally:
             self.generator.set_state(torch.default_generator.get_state())
             torch.default_generator.set_state(host)
+
+
+class _AnyGenerator(type(torch._C.Generator)):  # type: ignore[misc]
+    # While ``torch.Generator`` is DeviceGenerator, every generator (the default ones
+    # included) must still pass ``isinstance(g, torch.Generator)``.
+    def __instancecheck__(cls, instance: object) -> bool:
+        return isinstance(instance, torch._C.Generator)
+
+    def __subclasscheck__(cls, subclass: type) -> bool:
+        return issubclass(subclass, torch._C.Generator)
+
+
+class DeviceGenerator(torch._C.Generator, metaclass=_AnyGenerator):
+    """``torch.Generator`` while the simulator is open: ``torch.Generator(device="cuda")``
+    is a CPU generator (device ops run on the CPU and draw from it) that reports the device
+    as its own; any other device gets torch's own generator."""
+
+    def __new__(cls, device: Any = "cpu") -> Any:
+        if torch.device(device).type != "cuda":
+            return torch._C.Generator(device)
+        return super().__new__(cls)
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", 0)
