@@ -592,6 +592,7 @@ def test_half_softmax_to_float32_matches_the_float32_softmax(bcg_device: str):
 def test_generators_of_every_device_are_torch_generators(bcg_device: str):
     device_generator = torch.Generator(device=bcg_device)
     assert device_generator.device.type == "cuda"
+    assert device_generator.manual_seed(1).device.type == "cuda"
     assert isinstance(device_generator, torch.Generator)
     assert isinstance(torch.default_generator, torch.Generator)
     assert torch.Generator().device.type == "cpu"

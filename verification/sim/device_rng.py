@@ -71,3 +71,14 @@ class DeviceGenerator(torch._C.Generator, metaclass=_AnyGenerator):
     @property
     def device(self) -> torch.device:  # type: ignore[override]
         return torch.device("cuda", 0)
+
+    # torch's own return a new wrapper of the base type, which would lose the device. (An
+    # op gets such a wrapper too, so the simulator cannot refuse a host generator for a
+    # device draw, as CUDA does.)
+    def manual_seed(self, seed: int) -> DeviceGenerator:
+        super().manual_seed(seed)
+        return self
+
+    def set_state(self, new_state: torch.Tensor) -> DeviceGenerator:
+        super().set_state(new_state)
+        return self
