@@ -4,6 +4,9 @@ Random ops on device tensors run on the CPU, so they draw from ``torch.default_g
 :meth:`DeviceRNG.active` swaps the device generator's state in for the duration of such an
 op (eager, or a replay), so host and device streams of random numbers never mix.
 
+Like torch's CUDA generator, it keeps a device seed and offset for graphs while any graph
+that began a capture lives (a 1 KiB part of a capture's memory growth).
+
 ``capturing`` mirrors the CUDA generator's capture flag: set when a capture begins, cleared
 when one ends. A capture whose ``capture_end`` fails leaves it set (torch skips the
 generator's epilogue), and then every random op outside a capture raises, as on the H200,
@@ -27,6 +30,23 @@ class DeviceRNG:
         self.generator = torch.Generator()
         self.manual_seed(DEFAULT_SEED)
         self.capturing = False
+        # Graphs that began a capture and still live, and the device seed and offset torch
+        # keeps for them: two 1-element int64 tensors (a 512-byte block each) allocated
+        # eagerly when the first graph registers and freed when the last one is destroyed.
+        self._graphs: set[int] = set()
+        self._extragraph: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def register_graph(self, graph_id: int) -> None:
+        if not self._graphs:
+            self._extragraph = tuple(  # type: ignore[assignment]
+                torch.empty(1, dtype=torch.int64, device="cuda") for _ in range(2)
+            )
+        self._graphs.add(graph_id)
+
+    def unregister_graph(self, graph_id: int) -> None:
+        self._graphs.discard(graph_id)
+        if not self._graphs:
+            self._extragraph = None
 
     def manual_seed(self, seed: int) -> None:
         self.generator.manual_seed(seed)
