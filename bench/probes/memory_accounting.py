@@ -34,6 +34,8 @@ CASES = [
     "capture_256k",
     "capture_256k_shared_pool",
     "capture_empty_tensor_only",
+    "capture_256k_then_reset",
+    "capture_begin_on_the_default_stream",
 ]
 
 
@@ -135,7 +137,7 @@ def run_case(name: str) -> dict[str, Any]:
         report["peak_with_1mib"] = torch.cuda.max_memory_allocated()
         del small
         report["peak_after_second_free"] = torch.cuda.max_memory_allocated()
-    elif name.startswith("capture_256k") or name == "capture_empty_tensor_only":
+    elif name in ("capture_256k", "capture_256k_shared_pool", "capture_empty_tensor_only"):
         pool = torch.cuda.graph_pool_handle() if name.endswith("shared_pool") else None
         numel = 0 if name == "capture_empty_tensor_only" else 64 * KIB
         before = _counters()
@@ -149,6 +151,28 @@ def run_case(name: str) -> dict[str, Any]:
         report["after_both_freed"] = _delta(before, _counters())
         torch.cuda.empty_cache()
         report["after_empty_cache"] = _delta(before, _counters())
+    elif name == "capture_256k_then_reset":
+        before = _counters()
+        graph, keep, report["capture"] = _capture_one_output()
+        graph.reset()
+        del keep
+        gc.collect()
+        report["after_reset_and_outputs_freed"] = _delta(before, _counters())
+        del graph
+        gc.collect()
+        report["after_graph_freed"] = _delta(before, _counters())
+    elif name == "capture_begin_on_the_default_stream":
+        before = _counters()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            graph.capture_begin()
+            report["capture_begin"] = "ok"
+        except RuntimeError as error:
+            report["capture_begin"] = str(error).splitlines()[0][:120]
+        report["after_failed_begin"] = _delta(before, _counters())
+        del graph
+        gc.collect()
+        report["after_graph_freed"] = _delta(before, _counters())
     return report
 
 

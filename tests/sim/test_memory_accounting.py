@@ -121,3 +121,24 @@ def test_a_fresh_block_carved_from_a_segment_holds_poison():
         later = torch.empty(256, dtype=torch.int16, device="cuda")  # same 2 MiB segment
         assert first.untyped_storage().data_ptr() + 512 == later.untyped_storage().data_ptr()
         assert bool((later.cpu() == 0x7FFF).all())
+
+
+def test_an_empty_tensor_takes_no_block_eagerly_or_in_a_capture(bcg_device):
+    x = torch.ones(4, device=bcg_device)
+    before = torch.cuda.memory_allocated()
+    empty, moved = torch.empty(0, device=bcg_device), torch.empty(0).to(bcg_device)
+    assert torch.cuda.memory_allocated() == before
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(side):
+        graph.capture_begin()
+        begun = torch.cuda.memory_allocated()
+        nothing = x[:0] * 2
+        assert torch.cuda.memory_allocated() == begun
+        something = x + 1
+        graph.capture_end()
+    torch.cuda.current_stream().wait_stream(side)
+    graph.replay()
+    assert nothing.numel() == 0 and torch.equal(something, torch.full_like(x, 2))
+    del empty, moved

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 
 from verification.sim import capture_rules, cuda_errors, state, transfers
 from verification.sim.allocator import Block
@@ -274,7 +274,10 @@ def run_captured(
     def fresh_block(meta: Any, _: int) -> Any:
         if not isinstance(meta, torch.Tensor):
             return meta
-        block = allocator.allocate(capture.pool, meta.untyped_storage().nbytes())
+        nbytes = meta.untyped_storage().nbytes()
+        if nbytes == 0:  # CUDA's allocator hands out no block for no bytes
+            return torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=HOST)
+        block = allocator.allocate(capture.pool, nbytes)
         return _block_tensor(block, meta)
 
     values: list[Any] = [None] * n
@@ -462,8 +465,11 @@ def _record_from_layouts(
         metas = _meta_cache.get(_layout_key(func, leaves, spec))
     except TypeError:
         return _NEEDS_HOST_VIEWS
-    if metas is None:
-        return _NEEDS_HOST_VIEWS
+    if metas is None or any(
+        isinstance(m, torch.Tensor) and m.untyped_storage().nbytes() == 0
+        for m in tree_leaves(metas)
+    ):
+        return _NEEDS_HOST_VIEWS  # an empty output has no block to name
     allocator = session.allocator
     recorded: list[Any] = []
     for x in leaves:
