@@ -79,6 +79,7 @@ def test_peak_is_the_current_allocation_after_a_reset(bcg_device):
     assert torch.cuda.memory_stats()["allocated_bytes.all.peak"] == base + MIB
 
 
+@pytest.mark.sim
 def test_a_block_freed_in_another_pool_is_not_in_a_later_peak():
     with simulated_cuda():
         x = torch.ones(64 * KIB, device="cuda")
@@ -91,6 +92,7 @@ def test_a_block_freed_in_another_pool_is_not_in_a_later_peak():
         del graph, y
 
 
+@pytest.mark.sim
 @pytest.mark.parametrize(
     ("request_bytes", "segment_bytes"),
     [(1, 2 * MIB), (MIB, 2 * MIB), (MIB + 1, 20 * MIB), (5 * MIB, 20 * MIB), (12 * MIB, 12 * MIB)],
@@ -102,6 +104,7 @@ def test_segments_are_sized_as_cudas_caching_allocator_sizes_them(request_bytes,
         del t
 
 
+@pytest.mark.sim
 def test_small_blocks_share_a_segment_and_large_ones_do_not_use_it():
     with simulated_cuda():
         a = torch.empty(1000, dtype=torch.uint8, device="cuda")
@@ -115,6 +118,7 @@ def test_small_blocks_share_a_segment_and_large_ones_do_not_use_it():
         assert torch.cuda.memory_reserved() == 0
 
 
+@pytest.mark.sim
 def test_a_fresh_block_carved_from_a_segment_holds_poison():
     with simulated_cuda():
         first = torch.empty(256, dtype=torch.int16, device="cuda")
