@@ -66,7 +66,7 @@ def main() -> None:
         torch.cuda.synchronize()
         expected = forward()
         assert torch.equal(result, expected), "replay differs from eager"
-        print("masked compaction: replay matches eager")
+        print(f"masked compaction: replay matches eager (on {torch.cuda.get_device_name()})")
 
 
 if __name__ == "__main__":

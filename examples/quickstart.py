@@ -44,10 +44,9 @@ def main() -> int:
             if not torch.equal(got, expected):
                 print(f"quickstart: replay {replay} differs from eager")
                 return 1
-        where = "GPU" if device == "cuda" else "CUDA simulator"
         print(
             f"quickstart: {capture.num_graphs} graphs, {capture.num_eager_breaks} eager break, "
-            f"3 replays match eager ({where})"
+            f"3 replays match eager (on {torch.cuda.get_device_name()})"
         )
     return 0
 

@@ -127,11 +127,12 @@ def test_reset_graph_pool_is_released_by_empty_cache_once_unused():
         held = torch.cuda.memory_reserved()
         g.reset()
         torch.cuda.empty_cache()
-        assert torch.cuda.memory_reserved() < held, "intermediate block released"
-        still = torch.cuda.memory_reserved()
+        # As CUDA's allocator, a segment is released whole: the intermediate's block shares
+        # its 2 MiB segment with y's.
+        assert torch.cuda.memory_reserved() == held, "segment kept while y uses part of it"
         del y
         torch.cuda.empty_cache()
-        assert torch.cuda.memory_reserved() < still, "output block released once unused"
+        assert torch.cuda.memory_reserved() < held, "segment released once unused"
 
 
 def test_host_tensor_operand_of_a_captured_op_must_be_zero_dim():

@@ -1,13 +1,19 @@
 """Simulated CUDA caching allocator: pools of blocks carved from segments of CPU memory.
 
-Best fit with block splitting and coalescing of free neighbours, as the caching allocator,
-so a block freed by one capture can serve a smaller allocation of the next capture sharing
-its pool.
+Sizes as CUDA's caching allocator makes them: a request rounds up to 512 bytes; one of
+at most 1 MiB comes from a 2 MiB segment shared with other small ones, a larger one from a
+20 MiB segment below 10 MiB and otherwise from a segment of its size rounded up to 2 MiB,
+and blocks of the two kinds never mix. So ``memory_allocated``, ``memory_reserved`` and
+their peaks count what CUDA's count. Best fit with block splitting and coalescing of free
+neighbours, as the caching allocator, so a block freed by one capture can serve a smaller
+allocation of the next capture sharing its pool.
 The allocator holds exactly one reference to each block's host and device storage, so a
 block is in use iff either use count exceeds one (tensors and views keep memory alive as on
 CUDA; non-owning aliases built with ``_construct_storage_from_data_pointer`` do not).
 Free blocks are scribbled with the bytes ``FF 7F`` when reclaimed; released blocks wait
 in a quarantine until the session ends, so stale raw pointers read poison, never crash.
+A new segment's memory is poisoned as blocks are carved from it, so the untouched rest of
+a segment costs the host no memory.
 """
 
 from __future__ import annotations
@@ -29,6 +35,25 @@ DEFAULT_POOL_ID = (0, 0)
 # As in CUDA's caching allocator: requests up to 1 MiB are "small" and split a free block
 # whenever at least BLOCK_BYTES remain; larger ones split only if more than 1 MiB remains.
 SMALL_REQUEST = 1 << 20
+SMALL_SEGMENT = 2 << 20  # what a small request reserves when no free block fits
+LARGE_SEGMENT = 20 << 20  # ... and a large one below MIN_LARGE_ALLOC
+MIN_LARGE_ALLOC = 10 << 20
+LARGE_ROUNDING = 2 << 20  # larger requests reserve their size rounded up to this
+
+
+def rounded(nbytes: int) -> int:
+    """The block size CUDA's caching allocator gives a request of ``nbytes``."""
+    return -(-max(nbytes, 1) // BLOCK_BYTES) * BLOCK_BYTES
+
+
+def segment_bytes(size: int) -> int:
+    """The segment CUDA's caching allocator reserves for a block of ``size`` bytes."""
+    if size <= SMALL_REQUEST:
+        return SMALL_SEGMENT
+    if size < MIN_LARGE_ALLOC:
+        return LARGE_SEGMENT
+    return -(-size // LARGE_ROUNDING) * LARGE_ROUNDING
+
 
 PoolId = tuple[int, int]
 
@@ -60,6 +85,7 @@ class Block:
         "_device_cdata",
         "_host_cdata",
         "address",
+        "counted",
         "device_storage",
         "pool",
         "segment",
@@ -67,6 +93,7 @@ class Block:
         "size",
         "small_segment",
         "storage",
+        "untouched",
     )
 
     def __init__(
@@ -76,6 +103,7 @@ class Block:
         address: int,
         size: int,
         pool: Pool,
+        untouched: bool = False,
     ) -> None:
         self.segment = segment  # owns the memory; blocks of one segment split and merge
         # Which segment came first, and where in it: the host addresses of two segments are
@@ -96,7 +124,10 @@ class Block:
         # block holds both storages for its life, and a segment never changes size).
         self._host_cdata = self.storage._cdata
         self._device_cdata = self.device_storage._cdata
-        self.small_segment = segment.nbytes() <= SMALL_REQUEST
+        self.small_segment = segment.nbytes() <= SMALL_SEGMENT
+        # Part of a new segment that no allocation has had yet: poisoned when handed out.
+        self.untouched = untouched
+        self.counted = False  # in the allocator's running total of live bytes
 
     def whole_segment(self) -> bool:
         return self.size == self.segment.nbytes()
@@ -149,8 +180,8 @@ class Allocator:
         self._by_address: dict[int, Block] = {}
         self.quarantine: list[torch.UntypedStorage] = []
         self._peak = 0
-        # Bytes of blocks in the pools' ``live`` lists: a block freed since is counted until
-        # its pool next reclaims, so a peak taken from it may run ahead of CUDA's.
+        # Bytes of the ``counted`` blocks of the pools' ``live`` lists: a block freed since
+        # is counted until its pool next reclaims or a new peak is taken.
         self._live_bytes = 0
         self._private_ids = itertools.count(1)
         self._handle_ids = itertools.count(1)
@@ -170,30 +201,48 @@ class Allocator:
             return self.pools.setdefault(pool_id, Pool(pool_id))  # type: ignore[arg-type]
 
     def allocate(self, pool: Pool, nbytes: int) -> Block:
-        size = -(-max(nbytes, 1) // BLOCK_BYTES) * BLOCK_BYTES
+        size = rounded(nbytes)
         with self._lock:
             self._reclaim(pool)
             small = size <= SMALL_REQUEST
             fitting = [b for b in pool.free if b.size >= size and b.small_segment == small]
             if fitting:  # best fit, as the caching allocator
                 block = min(fitting, key=_fit_order)
-                if self.on_reuse is not None:
+                if self.on_reuse is not None and not block.untouched:
                     self.on_reuse(block)
                 pool.free.remove(block)
-                rest = block.size - size
-                if rest >= BLOCK_BYTES if small else rest > SMALL_REQUEST:
-                    block = self._split(block, size)
             else:
                 self._on_growth()
-                segment = torch.UntypedStorage(size)
-                block = Block(segment, next(self._segments), segment.data_ptr(), size, pool)
-                poison(block.storage)
+                segment = torch.UntypedStorage(segment_bytes(size))
+                block = Block(
+                    segment, next(self._segments), segment.data_ptr(), segment.nbytes(), pool, True
+                )
                 self._index(block)
+            rest = block.size - size
+            if rest >= BLOCK_BYTES if small else rest > SMALL_REQUEST:
+                block = self._split(block, size)
+            if block.untouched:
+                poison(block.storage)
+                block.untouched = False
             pool.live.append(block)
+            block.counted = True
             self._live_bytes += block.size
             if self._live_bytes > self._peak:
-                self._peak = self._live_bytes
+                self._uncount_freed(pool)
+                self._peak = max(self._peak, self._live_bytes)
             return block
+
+    def _uncount_freed(self, reclaimed: Pool) -> None:
+        """Stops counting the blocks of other pools' ``live`` lists that nothing uses any
+        more (``reclaimed`` has none), so that a new peak is CUDA's, which counts a block
+        free as soon as it is."""
+        for pool in self.pools.values():
+            if pool is reclaimed:
+                continue
+            for block in pool.live:
+                if block.counted and not block.in_use():
+                    block.counted = False
+                    self._live_bytes -= block.size
 
     def _index(self, block: Block) -> None:
         if block.address not in self._by_address:
@@ -207,9 +256,11 @@ class Allocator:
 
     def _split(self, block: Block, size: int) -> Block:
         """The first ``size`` bytes of free ``block`` as a new block; the rest stays free."""
-        number = block.segment_number
-        head = Block(block.segment, number, block.address, size, block.pool)
-        tail = Block(block.segment, number, block.address + size, block.size - size, block.pool)
+        number, untouched = block.segment_number, block.untouched
+        head = Block(block.segment, number, block.address, size, block.pool, untouched)
+        tail = Block(
+            block.segment, number, block.address + size, block.size - size, block.pool, untouched
+        )
         self._index(head)
         self._index(tail)
         block.pool.free.append(tail)
@@ -228,7 +279,12 @@ class Allocator:
             ):
                 self._unindex(block)
                 joined = Block(
-                    last.segment, last.segment_number, last.address, last.size + block.size, pool
+                    last.segment,
+                    last.segment_number,
+                    last.address,
+                    last.size + block.size,
+                    pool,
+                    last.untouched or block.untouched,
                 )
                 self._index(joined)
                 merged[-1] = joined
@@ -252,7 +308,9 @@ class Allocator:
             else:
                 poison(block.storage)
                 pool.free.append(block)
-                self._live_bytes -= block.size
+                if block.counted:
+                    block.counted = False
+                    self._live_bytes -= block.size
         if len(still_live) != len(pool.live):
             pool.live = still_live
             self._merge_free(pool)

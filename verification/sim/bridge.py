@@ -79,10 +79,13 @@ class Bridge:
         return copy_bits(t, out)
 
     def fresh(self, host_like: torch.Tensor, pool: Pool) -> torch.Tensor:
-        """A new device tensor laid out like ``host_like``, on a (poisoned or reused) block."""
-        block = self.allocator.allocate(pool, host_like.untyped_storage().nbytes())
+        """A new device tensor laid out like ``host_like``, on a (poisoned or reused) block,
+        or on no memory if it needs none."""
+        nbytes = host_like.untyped_storage().nbytes()
         return device_view(
-            block.device_storage,
+            self.allocator.allocate(pool, nbytes).device_storage
+            if nbytes
+            else _empty_device_storage(),
             host_like.dtype,
             host_like.shape,
             host_like.stride(),

@@ -162,9 +162,13 @@ def _default_is_device() -> bool:
 
 def _built_on_host(original: Callable[..., Any]) -> Callable[..., Any]:
     """``torch.tensor``/``as_tensor`` with a device target: CPU torch refuses the device
-    guard they open, so build the host tensor and move it, which is what CUDA does too."""
+    guard they open, so build the host tensor and move it, which is what CUDA does too.
+    ``pin_memory=True`` pins the host tensor built (a device target is then torch's error)."""
 
     def make(data: Any, *args: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
+        if kwargs.pop("pin_memory", False):
+            # torch builds it below the dispatch mode, where CPU torch has no pinned memory.
+            return make(data, *args, device=device, **kwargs).pin_memory()
         if device is None and _default_is_device():
             device = "cuda"
         if not _names_device(device):

@@ -31,7 +31,16 @@ struct SimulatedCudaGuard final : public c10::impl::DeviceGuardImplInterface {
 C10_REGISTER_GUARD_IMPL(CUDA, SimulatedCudaGuard);
 
 // Built in: CUDA and nothing else. It adds no data members, so it can lend its vtable to
-// the stub hooks object CPU torch made at start-up (torch keeps that one for good).
+// the stub hooks object CPU torch made at start-up.
+//
+// Why a vtable swap and not a registration: at::detail::getCUDAHooks() asks the
+// CUDAHooksRegistry (C10_REGISTER_TYPED_CLASS(CUDAHooksRegistry, "CUDAHooks", ...)) once, on
+// its first call, and keeps what it made in a function-local static for good. CPU torch makes
+// that first call while it starts, before any extension can register, so a registration
+// would never be consulted; and the simulator must also give CPU torch its stub back when it
+// closes. Overwriting the vtable pointer of a live object is outside C++'s rules, so
+// cuda_guard.py does it only on torch versions it was checked on, and checks torch's own
+// accelerator query after swapping and after restoring.
 struct SimulatedCudaHooks final : public at::CUDAHooksInterface {
   bool isBuilt() const override { return true; }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return false; }
@@ -41,7 +50,14 @@ struct SimulatedCudaHooks final : public at::CUDAHooksInterface {
   c10::DeviceIndex exchangeDevice(c10::DeviceIndex) const override { return 0; }
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex) const override { return 0; }
 };
+static_assert(sizeof(SimulatedCudaHooks) == sizeof(at::CUDAHooksInterface),
+              "the simulated hooks must have the stub's layout to lend it their vtable");
 }  // namespace
+
+// 1 if torch's CUDA hooks are CPU torch's stub (the swap applies), 0 on a CUDA build.
+extern "C" int bcg_sim_hooks_are_stub() {
+  return typeid(at::detail::getCUDAHooks()) == typeid(at::CUDAHooksInterface) ? 1 : 0;
+}
 
 // Makes CUDA torch's accelerator (on != 0) or restores CPU torch's stub; 0 if the hooks
 // are not the stub (a CUDA build), where nothing is changed.

@@ -12,12 +12,13 @@ Host-device copies follow :mod:`transfers`.
 from __future__ import annotations
 
 import ctypes
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 
 from verification.sim import capture_rules, cuda_errors, state, transfers
 from verification.sim.allocator import Block
@@ -273,7 +274,10 @@ def run_captured(
     def fresh_block(meta: Any, _: int) -> Any:
         if not isinstance(meta, torch.Tensor):
             return meta
-        block = allocator.allocate(capture.pool, meta.untyped_storage().nbytes())
+        nbytes = meta.untyped_storage().nbytes()
+        if nbytes == 0:  # CUDA's allocator hands out no block for no bytes
+            return torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype, device=HOST)
+        block = allocator.allocate(capture.pool, nbytes)
         return _block_tensor(block, meta)
 
     values: list[Any] = [None] * n
@@ -461,8 +465,11 @@ def _record_from_layouts(
         metas = _meta_cache.get(_layout_key(func, leaves, spec))
     except TypeError:
         return _NEEDS_HOST_VIEWS
-    if metas is None:
-        return _NEEDS_HOST_VIEWS
+    if metas is None or any(
+        isinstance(m, torch.Tensor) and m.untyped_storage().nbytes() == 0
+        for m in tree_leaves(metas)
+    ):
+        return _NEEDS_HOST_VIEWS  # an empty output has no block to name
     allocator = session.allocator
     recorded: list[Any] = []
     for x in leaves:
@@ -604,9 +611,20 @@ def _resize(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
     return t
 
 
+def _softmax_to_float(func: Any, args: tuple, kwargs: dict, session: Any) -> Any:
+    # softmax(half, dtype=float32) is one CUDA kernel; CPU torch has no such kernel, so
+    # convert first (what the CPU's log_softmax does, and the same values).
+    x, dim, half_to_float = args
+    if not (half_to_float and x.is_cuda):
+        return NotImplemented
+    as_float = _dispatch(torch.ops.aten._to_copy.default, (x,), {"dtype": torch.float32})
+    return _dispatch(func, (as_float, dim, False), {})
+
+
 # Ops whose device semantics differ from "compute on host views"; a handler may return
 # NotImplemented to fall back to the general path.
 _SPECIAL = {
+    torch.ops.aten._softmax.default: _softmax_to_float,
     torch.ops.aten.copy_.default: _copy,
     torch.ops.aten._to_copy.default: _to_copy,
     torch.ops.aten.is_pinned.default: _is_pinned,
@@ -640,6 +658,38 @@ def _dispatch(func: Any, args: tuple, kwargs: Any) -> Any:
         bridge = Bridge(session.allocator)
         return func(*[bridge.to_host(a) for a in args], **kwargs)
     return run_on_device(func, args, kwargs, session, flat=flat)
+
+
+# Ops that torch's C++ calls for device tensors with the dispatch mode switched off: building
+# a tensor from Python data (``new_tensor``, an index given as a list or a bool list) makes
+# it on the host, then moves it with the mode excluded. CPU torch has no CUDA kernels for
+# them, so they are registered for the CUDA key while the simulator is open.
+_BELOW_THE_MODE = {
+    "empty_strided": torch.ops.aten.empty_strided.default,
+    "empty.memory_format": torch.ops.aten.empty.memory_format,
+    "copy_": torch.ops.aten.copy_.default,
+}
+
+
+def _below_the_mode(func: Any) -> Any:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        if state.session is None:
+            raise NotImplementedError(f"{func} on a CUDA tensor needs the CUDA simulator open")
+        return _dispatch(func, args, kwargs)
+
+    return kernel
+
+
+def register_device_kernels() -> torch.library.Library:
+    """Registers the simulator's CUDA kernels for ``_BELOW_THE_MODE``; ``_destroy()`` of the
+    library returned unregisters them (a CUDA build gets its own kernels back)."""
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        # A CUDA build has kernels there already, and warns that they are overridden.
+        warnings.simplefilter("ignore")
+        for name, func in _BELOW_THE_MODE.items():
+            library.impl(name, _below_the_mode(func), "CUDA")
+    return library
 
 
 # Dynamo must not trace into the simulator. torch's default wrapper for a mode's

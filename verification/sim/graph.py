@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import warnings
+import weakref
 from typing import Any
 
 import torch
@@ -32,6 +33,9 @@ class CUDAGraph:
         self._instantiated = False
         # torch's graph takes the current stream as its capture stream until capture_begin.
         self._made_on = current_stream() if state.session is not None else None
+        # The session this graph began a capture in (its device generator knows the graph
+        # from then on): a graph outliving its session is another process's, to the next.
+        self._session: weakref.ref[Any] | None = None
 
     def capture_begin(self, pool: PoolId | None = None, capture_error_mode: str = "global") -> None:
         session = state.require()
@@ -48,6 +52,9 @@ class CUDAGraph:
             raise RuntimeError(cuda_errors.BEGIN_IN_CAPTURE)
         if self._capture is not None:
             raise RuntimeError("This CUDAGraph already holds a capture; call reset() first.")
+        if self._session is None:  # until the graph is destroyed, as torch
+            session.rng.register_graph(id(self))
+            self._session = weakref.ref(session)
         if stream == session.default_stream:
             raise RuntimeError(cuda_errors.DEFAULT_STREAM)
         session.rng.capturing = True  # the generators' capture prologue comes first
@@ -151,8 +158,15 @@ class CUDAGraph:
                     out.write(f"  n{i - 1} -> n{i};\n")
             out.write("}\n")
 
-    def reset(self) -> None:
+    def _own_session(self) -> Any:
+        """The open session this graph was captured in, or None."""
         session = state.session
+        if session is None or self._session is None or self._session() is not session:
+            return None
+        return session
+
+    def reset(self) -> None:
+        session = self._own_session()
         if self._steps is not None and session is not None:
             # Destroying a captured graph is a potentially unsafe call. On the H200 (torch
             # 2.11, bench/probes/reset_during_capture.py) it only warns, and every capture
@@ -190,6 +204,9 @@ class CUDAGraph:
 
     def __del__(self) -> None:
         try:
+            session = self._own_session()
+            if session is not None:
+                session.rng.unregister_graph(id(self))
             self.reset()
         except Exception:
             pass  # interpreter shutdown: nothing left to release

@@ -24,8 +24,9 @@ import torch.cuda.random
 import torch.cuda.streams
 
 from verification.sim import cuda_api, cuda_guard, graph, state, streams
+from verification.sim.device_rng import DeviceGenerator
 from verification.sim.device_tensors import construct_cuda_tensor
-from verification.sim.dispatch import SimMode
+from verification.sim.dispatch import SimMode, register_device_kernels
 from verification.sim.session import Session
 
 _MODULES = (torch.cuda, torch.cuda.graphs, torch.cuda.streams, torch.cuda.memory, torch.cuda.random)
@@ -71,6 +72,7 @@ _MISSING = object()
 _lock = threading.RLock()
 _depth = 0
 _saved: list[tuple[Any, str, Any]] = []
+_device_kernels: list[torch.library.Library] = []
 _thread = threading.local()
 
 
@@ -83,6 +85,8 @@ def _patch(owner: Any, name: str, value: Any) -> None:
 
 def _restore_all() -> None:
     cuda_guard.accelerator(False)
+    while _device_kernels:
+        _device_kernels.pop()._destroy()
     while _saved:
         owner, name, old = _saved.pop()
         if old is _MISSING:
@@ -140,7 +144,9 @@ def _install() -> None:
     _patch(torch.cuda, "default_generators", (state.require().rng.generator,))
     for name in ("backward", "grad"):
         _patch(torch.autograd, name, autograd_on_caller_stream(getattr(torch.autograd, name)))
+    _patch(torch, "Generator", DeviceGenerator)
     _use_math_sdp()
+    _device_kernels.append(register_device_kernels())
     cuda_guard.accelerator(True)
 
 
