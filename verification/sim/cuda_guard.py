@@ -56,11 +56,25 @@ def build_directory() -> Path:
     return _cache_dir() / f"cuda_guard-{key}"
 
 
+def _ninja_on_path() -> None:
+    """Puts the ninja of the ``ninja`` package (installed with the harness) on ``PATH``, where
+    torch's tooling looks for it: a venv used without activating it has its bin off ``PATH``."""
+    try:
+        import ninja  # type: ignore[import-untyped]
+    except ImportError:
+        return
+    folder = getattr(ninja, "BIN_DIR", None)
+    path = os.environ.get("PATH", "")
+    if folder and folder not in path.split(os.pathsep):
+        os.environ["PATH"] = folder + os.pathsep + path
+
+
 def missing_tools() -> dict[str, str]:
     """What the build needs and this machine lacks (the C++ compiler torch would use,
     ``$CXX`` or else ``c++``, and ninja), each with how to install it."""
     from torch.utils.cpp_extension import is_ninja_available
 
+    _ninja_on_path()
     missing = {}
     compiler = os.environ.get("CXX", "c++")
     if shutil.which(compiler) is None:
