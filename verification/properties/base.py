@@ -273,15 +273,22 @@ class Findings:
         # found, again is the same bug; if it left the target unusable again, stop here.
         known = {key(f) for f in self.found} | {k for k in self.known}
         calls = [0]
+        shrinking = [False]
 
         def new_only(value: Any) -> Finding | None:
             # An example started on what an earlier one left would report the leftover as a
-            # bug of its own (under its own point, place or program): stop and go on fresh.
+            # bug of its own (under its own point, place or program). Before any finding: stop
+            # and go on fresh. After one, hypothesis is shrinking it on the state it left:
+            # such an example cannot be judged, and the finding keeps its unshrunk example.
             left = left_over(self.config.target)
-            if left is not None:
+            if left is not None and not shrinking[0]:
                 raise _Spent(left, already + calls[0])
+            if left is not None:
+                return None
             calls[0] += 1
             finding = body(value)
+            if finding is not None:
+                shrinking[0] = True
             if finding is None or key(finding) not in known:
                 return finding
             if finding.fails:

@@ -185,6 +185,16 @@ class Injector:
                     delattr(capture_class, name)
 
 
+def _left_capturing(streams: list[torch.cuda.Stream]) -> str | None:
+    """Whether a stream a capture ran on is still capturing: a target that skipped ending the
+    graph leaves it so, and the caller's next work there is recorded instead of run."""
+    for stream in streams:
+        with torch.cuda.stream(stream):
+            if torch.cuda.is_current_stream_capturing():
+                return "the stream the capture ran on is still capturing"
+    return None
+
+
 def _left_active(target: Any) -> str | None:
     capture = target.BreakableCUDAGraphCapture
     if capture.current() is not None:
@@ -290,6 +300,7 @@ def _faulted_then_recovered(
     )
     propagated: BaseException | None = None
     run: ProgramRun | None = None
+    streams: list[torch.cuda.Stream] = []
     try:
         with injector.cuda_call_faults(target.BreakableCUDAGraphCapture):
             run = ProgramRun(
@@ -302,6 +313,7 @@ def _faulted_then_recovered(
                 pool=None if point == "pool-handle" else pool,
                 hook=injector.hook,
                 wrap=injector.wrap,
+                streams=streams,
             )
     except Exception as error:
         propagated = error
@@ -323,7 +335,11 @@ def _faulted_then_recovered(
         # The entry point the fault came out of is where its cleanup belongs: it tells one
         # missing cleanup from another.
         where += f" [through {through}]"
-    left = _left_active(target) or _decorated_call_problem(target, config.device)
+    left = (
+        _left_active(target)
+        or _left_capturing(streams)
+        or _decorated_call_problem(target, config.device)
+    )
     if left is not None:
         return f"after {where}: {left}"
     if _generator_left_capturing(config.device) and limits is not None:

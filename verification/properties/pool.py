@@ -343,6 +343,81 @@ def arguments_as_given_problem(config: CheckConfig) -> str | None:
     return None
 
 
+# Views of one capture intermediate that all start where it starts: name -> the view. A
+# target that keys what it holds for replay by address alone hands a break one view for all.
+SAME_START_VIEWS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "the tensor": lambda y: y,
+    "its transpose": lambda y: y.t(),
+    "its first row": lambda y: y[0],
+    "its first column": lambda y: y[:, 0],
+    "a flat view": lambda y: y.view(-1),
+    "its first two columns": lambda y: y[:, :2],
+    "an int32 view of its bits": lambda y: y.view(torch.int32),
+}
+
+
+def views_as_given_problem(config: CheckConfig) -> str | None:
+    """Views of one capture intermediate that start at the same address, given to one break
+    together, each reach it at replay with its own shape, strides and dtype.
+
+    Address alone does not name a tensor: a target that rebuilds, caches or looks up the
+    aliases it replays with by ``data_ptr()`` gives every such view the first one's layout.
+    The break writes into caller-provided buffers, so this runs under every contract.
+    """
+    target = config.target
+    layouts: list[list[tuple[Any, ...]]] = []
+
+    @target.eager_break_during_capture
+    def take(*views_and_outs: torch.Tensor) -> None:
+        views = views_and_outs[: len(SAME_START_VIEWS)]
+        outs = views_and_outs[len(SAME_START_VIEWS) :]
+        layouts.append([(tuple(v.shape), v.stride(), v.dtype) for v in views])
+        for view, out in zip(views, outs):
+            out.copy_(view.reshape(-1).to(torch.float64))
+
+    x = torch.randn(4, 4, device=config.device)
+    outs = [
+        torch.zeros(view(x).numel(), dtype=torch.float64, device=config.device)
+        for view in SAME_START_VIEWS.values()
+    ]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    capture = target.BreakableCUDAGraphCapture()
+    with torch.cuda.stream(side), collector_paused(), capture:
+        y = x * 2  # in pool memory
+        take(*(view(y) for view in SAME_START_VIEWS.values()), *outs)
+        del y
+    torch.cuda.current_stream().wait_stream(side)
+    x.copy_(torch.randn(4, 4, device=config.device))
+    layouts.clear()
+    failed: BaseException | None = None
+    try:
+        capture.replay()
+        torch.cuda.synchronize()
+    except Exception as error:  # the break trips over a view of the wrong layout
+        failed = error
+    reset = getattr(capture, "reset", None)
+    if callable(reset):
+        reset()
+    want = x * 2
+    views = [view(want) for view in SAME_START_VIEWS.values()]
+    expected = [(tuple(v.shape), v.stride(), v.dtype) for v in views]
+    seen = layouts[0] if layouts else expected
+    wrong = [
+        name
+        for name, view, got, out, layout in zip(SAME_START_VIEWS, views, seen, outs, expected)
+        if got != layout or (failed is None and not torch.equal(out, view.reshape(-1).double()))
+    ]
+    if failed is not None and not wrong:
+        return f"a break given views of one capture intermediate: replay raised {describe(failed)}"
+    if wrong:
+        return (
+            "views of one capture intermediate starting at the same address reached a break at "
+            f"replay not as they were given: {', '.join(wrong)} (one view's layout for another)"
+        )
+    return None
+
+
 class Pair(NamedTuple):
     first: torch.Tensor
     second: torch.Tensor
@@ -530,6 +605,7 @@ def check(config: CheckConfig) -> CheckResult:
             return property_finding(NAME, "target-bug", problem, programs[0], config.seed, scenario)
 
         found.fixed(arguments_as_given_problem)
+        found.fixed(views_as_given_problem)
         before = len(found.found)
         for container in CONTAINERS:
             found.fixed(functools.partial(container_as_given_problem, container))

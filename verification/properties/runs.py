@@ -88,7 +88,10 @@ class ProgramRun:
         static_inputs: Sequence[torch.Tensor] | None = None,
         capture_stream: str = "runner",
         replay_stream: str = "default",
+        streams: list[torch.cuda.Stream] | None = None,
     ) -> None:
+        """``streams``, if given, gets every stream the run makes, as it makes them: a check
+        asks them whether a capture was left open there, even where this constructor raised."""
         self.program = program
         self.table = op_table(ops)
         self.kind = kind
@@ -123,6 +126,8 @@ class ProgramRun:
         runner = torch.cuda.Stream()
         runner.wait_stream(caller)
         given = torch.cuda.Stream() if capture_stream == "given" else None
+        if streams is not None:
+            streams += [runner] if given is None else [runner, given]
         around: Any = contextlib.nullcontext()
         if given is not None and takes_stream(target):
             kwargs["stream"] = given

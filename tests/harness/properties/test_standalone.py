@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.reproducer_scripts import imports, run_each_main
 from verification.planted.check_targets import build
+from verification.planted.property_targets import build as build_property_target
 from verification.properties import faults, nested, pool, runner, threads
 from verification.properties.base import property_finding, scenario_of
 from verification.properties.reproduce import render
@@ -19,6 +20,7 @@ from verification.targets import load_target
 ROOT = Path(__file__).resolve().parents[3]
 FIXED = {
     "arguments": pool.arguments_as_given_problem,
+    "views": pool.views_as_given_problem,
     **{name: functools.partial(pool.container_as_given_problem, name) for name in pool.CONTAINERS},
     "warning": faults.warning_problem,
     "caught-break": faults.caught_break_problem,
@@ -78,3 +80,11 @@ def test_a_container_reproducer_fails_on_a_target_that_loses_the_type(bcg_kind, 
         done.returncode == 1
         and "reached it at replay as tuple, not as namedtuple Pair" in done.stderr
     )
+
+
+def test_a_same_start_views_reproducer_fails_on_a_target_that_keys_aliases_by_address(
+    bcg_kind, tmp_path
+):
+    target = load_target(build_property_target("alias_cached_per_address"))
+    done = _run(_script(pool.views_as_given_problem, target, bcg_kind, tmp_path))
+    assert done.returncode == 1 and "its transpose" in done.stderr, done.stderr[-2000:]
