@@ -21,10 +21,6 @@ from verification.ops.spec import OpSpec, Params, TensorMeta
 Accepts = Callable[[TensorMeta], bool]
 
 
-def _same(dtype: torch.dtype) -> torch.dtype:
-    return dtype
-
-
 def _widen_ints(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype in rules.FLOATS else torch.int64
 
@@ -33,16 +29,8 @@ def _index(dtype: torch.dtype) -> torch.dtype:
     return torch.int64
 
 
-def _to_bool(dtype: torch.dtype) -> torch.dtype:
-    return torch.bool
-
-
 def _dim_keepdim(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries({"dim": rules.dims(len(metas[0].shape)), "keepdim": st.booleans()})
-
-
-def _dim(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({"dim": rules.dims(len(metas[0].shape))})
 
 
 def _with(extra: dict[str, list[Any]]) -> Callable[[Sequence[TensorMeta]], st.SearchStrategy]:
@@ -89,7 +77,7 @@ def along_dim(
     run: Callable[..., torch.Tensor],
     expr: str,
     accepts: Accepts,
-    result: Callable[[torch.dtype], torch.dtype] = _same,
+    result: Callable[[torch.dtype], torch.dtype] = rules.same_dtype,
 ) -> OpSpec:
     """A shape-preserving op along one drawn ``dim`` (scans, softmax)."""
 
@@ -98,7 +86,7 @@ def along_dim(
         ok = accepts(m) and rules.wrap_dim(p.get("dim", -1), len(m.shape)) is not None
         return TensorMeta(m.shape, result(m.dtype)) if ok else None
 
-    return OpSpec(name, 1, infer, expr, run=run, params=_dim)
+    return OpSpec(name, 1, infer, expr, run=run, params=rules.dim_param)
 
 
 def full(
@@ -154,28 +142,28 @@ OPS: list[OpSpec] = [
         lambda a, *, dim, keepdim: torch.mean(a, dim=dim, keepdim=keepdim),
         "torch.mean({0}, dim={dim}, keepdim={keepdim})",
         fl,
-        _same,
+        rules.same_dtype,
     ),
     reduction(
         "amax",
         lambda a, *, dim, keepdim: torch.amax(a, dim=dim, keepdim=keepdim),
         "torch.amax({0}, dim={dim}, keepdim={keepdim})",
         ar,
-        _same,
+        rules.same_dtype,
     ),
     reduction(
         "amin",
         lambda a, *, dim, keepdim: torch.amin(a, dim=dim, keepdim=keepdim),
         "torch.amin({0}, dim={dim}, keepdim={keepdim})",
         ar,
-        _same,
+        rules.same_dtype,
     ),
     reduction(
         "max_values",
         lambda a, *, dim, keepdim: torch.max(a, dim=dim, keepdim=keepdim).values,
         "torch.max({0}, dim={dim}, keepdim={keepdim}).values",
         ar,
-        _same,
+        rules.same_dtype,
     ),
     reduction(
         "argmax",
@@ -205,7 +193,7 @@ OPS: list[OpSpec] = [
         ),
         "torch.var({0}, dim={dim}, keepdim={keepdim}, correction={correction})",
         fl,
-        _same,
+        rules.same_dtype,
         params=_var_params,
     ),
     reduction(
@@ -215,7 +203,7 @@ OPS: list[OpSpec] = [
         ),
         "torch.linalg.vector_norm({0}, ord={ord}, dim={dim}, keepdim={keepdim})",
         fl,
-        _same,
+        rules.same_dtype,
         extra={"ord": [1, 2, 3]},
     ),
     reduction(
@@ -223,21 +211,21 @@ OPS: list[OpSpec] = [
         lambda a, *, dim, keepdim: torch.logsumexp(a, dim=dim, keepdim=keepdim),
         "torch.logsumexp({0}, dim={dim}, keepdim={keepdim})",
         fl,
-        _same,
+        rules.same_dtype,
     ),
     reduction(
         "any",
         lambda a, *, dim, keepdim: torch.any(a, dim=dim, keepdim=keepdim),
         "torch.any({0}, dim={dim}, keepdim={keepdim})",
         _anything,
-        _to_bool,
+        rules.to_bool,
     ),
     reduction(
         "all",
         lambda a, *, dim, keepdim: torch.all(a, dim=dim, keepdim=keepdim),
         "torch.all({0}, dim={dim}, keepdim={keepdim})",
         _anything,
-        _to_bool,
+        rules.to_bool,
     ),
     along_dim(
         "cumsum",
@@ -259,8 +247,8 @@ OPS: list[OpSpec] = [
         fl,
     ),
     full("sum_all", lambda a: torch.sum(a), "torch.sum({0})", _anything, _widen_ints),
-    full("mean_all", lambda a: torch.mean(a), "torch.mean({0})", fl, _same),
-    full("amax_all", lambda a: torch.amax(a), "torch.amax({0})", ar, _same),
+    full("mean_all", lambda a: torch.mean(a), "torch.mean({0})", fl, rules.same_dtype),
+    full("amax_all", lambda a: torch.amax(a), "torch.amax({0})", ar, rules.same_dtype),
     OpSpec(
         "layer_norm",
         1,
