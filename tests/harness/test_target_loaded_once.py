@@ -1,5 +1,5 @@
 """Each command loads its target once and passes the loaded target down: no check re-imports
-it from its name (issue 20)."""
+it from its name."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def test_fuzzer_finds_planted_bug_of_the_vllm_minimal_implementation(bcg_kind, b
 
 
 def test_minimal_vllm_implementation_passes_check_all_holding_memory_only(bcg_kind):
-    # Issue 11's done-when: correct but for strongly held break arguments (functools.partial),
+    # vLLM's contract as written: correct but for strongly held break arguments (functools.partial),
     # so every property passes and the pool property reports the memory held, not a bug.
     from hypothesis import settings
 

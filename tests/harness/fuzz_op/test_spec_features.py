@@ -1,4 +1,4 @@
-"""Issue 22: the spec vocabulary of real engine ops (masked writes, inout buffers, dim
+"""The spec vocabulary of real engine ops (masked writes, inout buffers, dim
 expression bounds, unique indices, sentinels), each part's planted fault named for that part,
 the declared-writes check for every dtype, the campaign finding state kept across calls, and
 every malformed spec one line and exit 2."""

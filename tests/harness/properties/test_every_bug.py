@@ -1,4 +1,4 @@
-"""Every bug, once (issue 21): each check keeps searching after a finding and reports each bug
+"""Every bug, once: each check keeps searching after a finding and reports each bug
 once; faults at the calls a capture makes once are found; every container a model passes keeps
 its type at replay."""
 
