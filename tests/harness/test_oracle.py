@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from tests.oracle_programs import OPS, TWO_BREAKS
-from verification.certify.property_check import run_properties
 from verification.execute import collector_paused
 from verification.fuzz import CampaignConfig, run_isolated
 from verification.oracle import Tolerance, check_program, compare
 from verification.planted.targets import build
+from verification.properties.processes import run_properties
 from verification.targets import load_target
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import torch
 
 from verification.causes import describe, raised_by_harness, raised_in, target_frame
-from verification.contracts import get_contract
 from verification.devices import device_context
 from verification.errors import UsageError
 from verification.findings import TARGET_BUG, Finding, root_causes
 from verification.planted.property_targets import build
 from verification.targets import load_target
+from verification.targets.contracts import get_contract
 
 
 def _nested_assertion(kind: str) -> AssertionError:

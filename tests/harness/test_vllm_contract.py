@@ -37,7 +37,7 @@ def test_minimal_vllm_implementation_passes_check_all_holding_memory_only(bcg_ki
     from hypothesis import settings
 
     from tests.property_checks import CI_CYCLES
-    from verification.certify.property_check import run_properties
+    from verification.properties.processes import run_properties
     from verification.targets import load_target
 
     results = run_properties(
@@ -58,7 +58,7 @@ def test_minimal_vllm_implementation_holding_weakly_as_vllm_keeps_nothing_alive(
     from hypothesis import settings
 
     from tests.property_checks import CI_CYCLES
-    from verification.certify.property_check import run_properties
+    from verification.properties.processes import run_properties
     from verification.targets import load_target
 
     results = run_properties(

@@ -21,8 +21,8 @@ from typing import Any
 import hypothesis
 import torch
 
+from verification.certify.provenance import provenance
 from verification.certify.run import CertifyRun, CheckResult
-from verification.contracts import DECLARATION, LEGACY_DECLARATION
 from verification.findings import (
     FINDING_KINDS,
     Finding,
@@ -32,8 +32,8 @@ from verification.findings import (
     root_causes,
 )
 from verification.properties import PROPERTIES
-from verification.provenance import provenance
 from verification.targets import Target
+from verification.targets.contracts import DECLARATION, LEGACY_DECLARATION
 
 
 def _driver() -> str | None:

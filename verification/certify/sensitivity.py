@@ -38,12 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verification.certify.property_check import run_properties
 from verification.certify.run import CertifyRun, CheckResult
-from verification.certify.schedule import cores
 from verification.errors import hide_expected_warnings
 from verification.findings import fails_certificate
 from verification.fuzz import CampaignConfig, run_campaign
+from verification.isolation import cores
+from verification.properties.processes import run_properties
 from verification.targets import load_target
 
 FUZZ_MODULES = ("verification.planted.targets", "verification.planted.vllm_minimal")

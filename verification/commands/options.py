@@ -17,11 +17,11 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from verification.contracts import CONTRACTS
 from verification.devices import DEVICE_CHOICES
 from verification.errors import UsageError
 from verification.fuzz import CampaignConfig, CampaignResult
 from verification.targets import DEFAULT_TARGET, Target
+from verification.targets.contracts import CONTRACTS
 from verification.targets.upstream import add_target_path
 
 

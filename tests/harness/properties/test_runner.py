@@ -13,11 +13,11 @@ from hypothesis import settings
 
 from tests.program_metas import value_metas
 from tests.property_checks import CI_CYCLES, check, failing
-from verification.certify.property_check import run_properties
 from verification.findings import Finding
 from verification.planted import runner_targets
 from verification.planted.property_targets import BUGS
 from verification.properties.base import property_finding
+from verification.properties.processes import run_properties
 from verification.properties.runner import FIXED_PROGRAMS, OPS
 from verification.targets import load_target
 
