@@ -84,7 +84,7 @@ def test_child_killed_by_a_signal_is_a_crash_finding(tmp_path, bcg_kind, monkeyp
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), root]))
     monkeypatch.syspath_prepend(str(tmp_path))
     argv = ["fuzz", "--target", "aborting_target", "--device", bcg_kind, "--examples", "2"]
-    config = CampaignConfig(target="aborting_target", device=bcg_kind)
+    config = CampaignConfig(target=load_target("aborting_target"), kind=bcg_kind)
     status, result = run_isolated(argv, config)
     assert status == 1 and result is not None
     assert result.findings[0].violation == "crash"

@@ -15,7 +15,7 @@ def test_minimal_vllm_implementation_is_judged_by_out_buffer_when_undeclared():
 
 
 def test_minimal_vllm_implementation_passes_under_out_buffer(bcg_kind):
-    result = run_campaign(CampaignConfig(target=build(None), device=bcg_kind))
+    result = run_campaign(CampaignConfig(target=load_target(build(None)), kind=bcg_kind))
     assert not result.findings, result.findings[0].summary()
 
 
@@ -24,7 +24,9 @@ def test_fuzzer_finds_planted_bug_of_the_vllm_minimal_implementation(bcg_kind, b
     # Half of fuzz's programs are engine-shaped, so the plain ones that reach the ordering
     # bugs are half as dense: the ci profile's 25 examples missed them when the shared
     # example database led the round (xdist, beside the property reproducer tests).
-    result = run_campaign(CampaignConfig(target=build(bug), device=bcg_kind, examples=100))
+    result = run_campaign(
+        CampaignConfig(target=load_target(build(bug)), kind=bcg_kind, examples=100)
+    )
     assert result.findings, (
         f"planted bug {bug!r} ({BUGS[bug]}) went unnoticed in {result.examples} examples"
     )

@@ -153,7 +153,7 @@ def certificate(
     return {
         "verdict": "pass" if passed else "fail",
         "passed": passed,
-        "simulated": run.device == "sim",
+        "simulated": run.kind == "sim",
         "command": command,
         "total_seconds": None if seconds is None else round(seconds, 1),
         "target": {
@@ -166,8 +166,8 @@ def certificate(
             "source": contract_source(run),
             "summary": target.contract.summary,
         },
-        "device": run.device,
-        "environment": environment(run.device),
+        "device": run.kind,
+        "environment": environment(run.kind),
         "profile": {
             "name": profile,
             "overrides": overrides,

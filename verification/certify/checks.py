@@ -61,7 +61,7 @@ def certify_budget(run: CertifyRun) -> tuple[int, int]:
     # 10,000 cycles on a GPU, whose caching allocator absorbs a small leak for a while; the
     # simulator's allocator shows any per-cycle leak in 1,000.
     long_run = (run.config.examples or 0) >= 2000 and run.schedule.property_s is None
-    cycles = (10_000 if run.device == "cuda" else 1_000) if long_run else DEFAULT_CYCLES
+    cycles = (10_000 if run.kind == "cuda" else 1_000) if long_run else DEFAULT_CYCLES
     return examples, cycles
 
 
@@ -86,18 +86,18 @@ def certify_properties(run: CertifyRun) -> list[CheckResult]:
     # A target that is a module of its name is imported by a child, so that a crash ends the
     # child, not certify; one built in this process runs here.
     by_name = sys.modules.get(run.target.name) is run.target.module
-    if run.device == "cuda" and by_name:
+    if run.kind == "cuda" and by_name:
         with ThreadPoolExecutor(max_workers=run.schedule.jobs) as pool:
             argvs = [_child_argv(run, name, examples, cycles) for name in chosen]
             results = list(pool.map(run_in_child, chosen, argvs))
-    elif run.device == "sim":
+    elif run.kind == "sim":
         results = run_forked(
-            chosen, run.target, run.device, examples, run.config.seed, cycles,
+            chosen, run.target, run.kind, examples, run.config.seed, cycles,
             run.schedule.jobs, seconds=seconds,
         )  # fmt: skip
     else:
         results = run_properties(
-            "all", run.target, run.device, examples, run.config.seed, cycles, seconds=seconds
+            "all", run.target, run.kind, examples, run.config.seed, cycles, seconds=seconds
         )
     rows = []
     for result in results:

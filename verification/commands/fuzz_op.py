@@ -87,7 +87,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     target = load_target(args.target, args.contract)
     users = load_user_ops(args.specs)
     writable_dir(args.report, "--report")
-    base = campaign_config(args, target, args.report)
+    base = campaign_config(args, target, kind, args.report)
     config, coverage = op_campaign(
         base, args.specs, users, target, kind, contract_examples=args.contract_examples
     )

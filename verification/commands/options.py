@@ -170,12 +170,13 @@ def remove_new_outputs() -> None:
 
 
 def campaign_config(
-    args: argparse.Namespace, target: Target, report_dir: Path | None
+    args: argparse.Namespace, target: Target, kind: str, report_dir: Path | None
 ) -> CampaignConfig:
-    """The campaign the shared options describe, on the ``target`` the command loaded."""
+    """The campaign the shared options describe, on the ``target`` the command loaded and the
+    device ``kind`` it resolved."""
     return CampaignConfig(
         target=target,
-        device=args.device,
+        kind=kind,
         examples=args.examples,
         seed=args.seed,
         max_ops=args.max_ops,

@@ -289,7 +289,7 @@ def settle_findings(
     result.findings[:] = settled
     result.reproducers.clear()
     result.reproducer_paths.clear()
-    report_findings(result, config, target)
+    report_findings(result, config)
 
 
 def recheck_violation(
