@@ -85,13 +85,14 @@ class CampaignConfig:
                 " load it once with verification.targets.load_target"
             )
 
-    def command(self, target_name: str, device_kind: str) -> str:
+    def command(self) -> str:
+        """The command line that runs this campaign again (a reproducer names it)."""
         if self.command_line is not None:
             return self.command_line
         examples = self.examples if self.examples is not None else settings.default.max_examples
         contract = "" if self.contract is None else f" --contract {self.contract}"
         return (
-            f"python -m verification fuzz --target {target_name} --device {device_kind} "
+            f"python -m verification fuzz --target {self.target.name} --device {self.kind} "
             f"--seed {self.seed} --examples {examples} --max-ops {self.max_ops} "
             f"--max-breaks {self.max_breaks} --replays {self.replays}{contract}"
         )
@@ -202,7 +203,7 @@ def _search(
 
 def report_findings(result: CampaignResult, config: CampaignConfig) -> None:
     """Renders (and, with a report directory, writes) a reproducer for each finding."""
-    command = config.command(result.target, result.kind)
+    command = config.command()
     for number, finding in enumerate(result.findings):
         text = render_reproducer(
             finding, config.target, result.kind, command, config.replays, config.ops

@@ -30,9 +30,7 @@ def ops_check(run: CertifyRun) -> CheckResult:
     start = time.perf_counter()
     # Small base programs: the fuzz check covers big ones; here the op is what varies.
     base = dataclasses.replace(run.config, max_ops=DEFAULT_MAX_OPS, max_breaks=DEFAULT_MAX_BREAKS)
-    op_config, coverage = op_campaign(
-        base, run.op_specs, run.users, run.target, run.kind, CONTRACT_EXAMPLES
-    )
+    op_config, coverage = op_campaign(base, run.op_specs, run.users, CONTRACT_EXAMPLES)
     violations = contract_violations(
         run.users, run.target, run.kind, CONTRACT_EXAMPLES, run.config.seed
     )
@@ -42,7 +40,7 @@ def ops_check(run: CertifyRun) -> CheckResult:
         for ref, found in violations.items()
         for v in found
     ]
-    command = op_config.command(run.target.name, run.kind)
+    command = op_config.command()
     reproducers = [
         render_contract_reproducer(ref, v, run.kind, command, run.target)
         for ref, found in violations.items()
@@ -51,7 +49,7 @@ def ops_check(run: CertifyRun) -> CheckResult:
     result = run_campaign(op_config, progress=run.progress)
     # A campaign finding that is the op's fault is an op-bug: the certificate goes with the
     # op's pull request too, so it fails, naming the op.
-    settle_findings(result, op_config, run.users, run.target, run.kind)
+    settle_findings(result, op_config, run.users)
     counts = {
         f"{ref} {key}": value
         for ref, per_op in coverage.as_dict().items()

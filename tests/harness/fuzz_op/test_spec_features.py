@@ -124,7 +124,7 @@ def _campaign(ref: str, kind: str, report: Path | None = None, examples: int = 3
     base = CampaignConfig(
         target, kind, examples=examples, max_ops=4, max_breaks=2, report_dir=report
     )
-    config, _ = op_campaign(base, [ref], load_user_ops([ref]), target, kind)
+    config, _ = op_campaign(base, [ref], load_user_ops([ref]))
     return run_campaign(config)
 
 
