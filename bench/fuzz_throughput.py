@@ -66,10 +66,11 @@ def compare_shapes(target: str, kind: str, examples: int) -> None:
     ones (today's default); best of ``ROUNDS`` alternating campaigns each, same seeds."""
     rates: dict[bool, list[float]] = {False: [], True: []}
     cpu: dict[bool, list[float]] = {False: [], True: []}
+    loaded = load_target(target)
     for round_ in range(ROUNDS + 1):
         for engine in (False, True):
             config = CampaignConfig(
-                target=target, device=kind, examples=examples, seed=round_, engine=engine,
+                target=loaded, kind=kind, examples=examples, seed=round_, engine=engine,
                 database=None,
             )  # fmt: skip
             start = time.process_time()

@@ -270,7 +270,7 @@ def write(out: Path, result: dict[str, Any], verdicts: list[dict[str, Any]]) -> 
     ]
     if result.get("side_stream"):
         lines += [
-            "## Side stream, fresh capture per k (issue 23)",
+            "## Side stream, fresh capture per k",
             "",
             *_side_stream_tables(result["side_stream"]),
         ]

@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         nargs="*",
         default=list(side_stream.BREAKS),
-        help="k of the side-stream scenario (issue 23); none skips it",
+        help="k of the side-stream scenario; none skips it",
     )
     p.add_argument("--side-rounds", type=int, default=4, help="side-stream scenario rounds")
     p.add_argument("--side-n", type=int, default=100, help="timed replay pairs per capture there")

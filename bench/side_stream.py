@@ -1,6 +1,6 @@
 """Replay cost of the first breaks when the caller captures and replays on its own side stream.
 
-The setup of issue 23, as an independent benchmark ran it: one side stream ``s``; a body of 256
+The setup an independent benchmark used: one side stream ``s``; a body of 256
 in-place launches ``x.mul_(1.0001)`` on 1024 floats, with k breaks ``y.add_(0.0)`` (through each
 implementation's break) after op ``round((i + 1) * 256 / (k + 1))``; capture and replay inside
 ``with torch.cuda.stream(s):``, with a fresh capture (no pool given) per target, k and round.
@@ -15,7 +15,7 @@ median, max), not as one target's cost.
 
 On the H200 a chain captured on a stream of its own replays every kernel about 0.18 us slower on
 the caller's stream, and once a second such capture with a break is made, so does every graph of
-the process (218 -> 264 us for a 256-kernel graph, clocks unchanged; issue 23, DESIGN.md). The
+the process (218 -> 264 us for a 256-kernel graph, clocks unchanged; DESIGN.md). The
 minimal reference and ``breakable-cuda-graphs`` capture on their own streams; the library, on
 ``s``. So before the rounds every target captures and replays once with one break (``prime``),
 and each round starts by timing a plain 256-kernel graph's GPU span (``state_gpu_s``): a state

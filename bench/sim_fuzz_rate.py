@@ -1,4 +1,4 @@
-"""Rate of the default ``fuzz`` command on the simulator, as a user sees it (issue 13's budget).
+"""Rate of the default ``fuzz`` command on the simulator, as a user sees it, against its budget.
 
 Runs ``python -m verification fuzz --device sim`` (its defaults: 100 examples) ``--runs``
 times, each in a fresh process, and records per run the rate the command prints (examples

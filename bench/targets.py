@@ -1,4 +1,4 @@
-"""The issue's performance targets, judged from one run's measurements.
+"""The performance targets, judged from one run's measurements.
 
 Each target is a named ratio of two numbers measured in the same process, with a limit and a
 direction. ``judge(micro, floor)`` returns one record per target and k: the ratio, the limit and
@@ -109,7 +109,7 @@ def _within(lib: float, ref: float, ratio: float, slack: float) -> tuple[float, 
 
 
 def judge_side_stream(side: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 23's targets for the side-stream scenario, judged in every round: the worst
+    """The side-stream scenario's targets, judged in every round: the worst
     round's ratio is reported, and a target is met only if it is met in every round."""
     found: dict[tuple[str, int], tuple[float, bool, float]] = {}
 
@@ -150,8 +150,8 @@ def judge_side_stream(side: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def judge_transformer(tf: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 23: the library with non-syncing breaks within 1.25 times one full graph's time per
-    forward, at every batch size."""
+    """The transformer's target: the library with non-syncing breaks within 1.25 times one
+    full graph's time per forward, at every batch size."""
     return [
         _record(
             "transformer, breaks not syncing: library / full graph time per forward",

@@ -45,7 +45,7 @@ def _with_idx(arg: TensorArg) -> BreakOpSpec:
     return _index_spec(args={"x": _X, "idx": arg, "out": _X})
 
 
-# The malformed specs issue 22 lists, then others of the same kinds.
+# Malformed specs of each kind an engine op's author may write, several of each.
 DIM_NOT_A_RANGE = _index_spec(dims={"n": 4})
 PARAM_NOT_A_STRATEGY = BreakOpSpec(
     fn=lambda x, out, *, threshold: None,

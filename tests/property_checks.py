@@ -13,10 +13,10 @@ from pathlib import Path
 
 from hypothesis import settings
 
-from verification.certify.property_check import run_properties
 from verification.findings import Finding
 from verification.planted.property_targets import build
 from verification.properties.base import CheckResult, property_finding
+from verification.properties.processes import run_properties
 from verification.targets import load_target
 
 ROOT = Path(__file__).resolve().parent.parent

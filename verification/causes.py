@@ -23,7 +23,8 @@ from typing import Any, TypeVar
 _HARNESS = Path(__file__).resolve().parent
 # Code under test that lives inside the harness: planted bugs and the peers' adapters.
 _UNDER_TEST_IN_HARNESS = (_HARNESS / "planted", _HARNESS / "targets")
-_LOADER = _HARNESS / "targets" / "__init__.py"  # the harness's own, beside the adapters
+# The harness's own, beside the adapters: the loader and the break contracts.
+_HARNESS_IN_TARGETS = (_HARNESS / "targets" / "__init__.py", _HARNESS / "targets" / "contracts.py")
 _STDLIB = Path(contextlib.__file__).resolve().parent
 _INSTALLED = ("site-packages", "dist-packages")
 
@@ -44,7 +45,7 @@ def _passes_on(path: Path) -> bool:
 
 
 def _in_harness(path: Path) -> bool:
-    if _HARNESS not in path.parents or path == _LOADER:
+    if _HARNESS not in path.parents or path in _HARNESS_IN_TARGETS:
         return _HARNESS in path.parents
     return not any(p in path.parents for p in _UNDER_TEST_IN_HARNESS)
 

@@ -41,8 +41,8 @@ def hide_gpu() -> None:
 
     On a GPU host a simulator run must behave as on a CPU machine. Asking the CUDA runtime
     anything (even ``torch.cuda.is_available()``) initializes it, and a forked check then
-    fails at its first real CUDA call with "initialization error" (seen on the H200: a
-    ``certify --device sim`` there failed five checks). Hidden before the runtime starts,
+    fails at its first real CUDA call with "initialization error" (so a ``certify --device
+    sim`` on a GPU host would fail its forked checks). Hidden before the runtime starts,
     the GPU is never touched. Once torch has initialized CUDA it is too late, and harmless
     to try.
     """
@@ -62,7 +62,7 @@ def device_context(kind: str, strict_warmup: bool = True) -> Iterator[str]:
     from verification.sim import simulated_cuda
     from verification.sim import strict_warmup as first_use_rule
 
-    # The harness warms every program up eagerly before capturing it, as users must on the
-    # H200, so it runs with the first-kernel-use rule on.
+    # The harness warms every program up eagerly before capturing it, as users must on a
+    # GPU, so it runs with the first-kernel-use rule on.
     with simulated_cuda(), first_use_rule() if strict_warmup else contextlib.nullcontext():
         yield TORCH_DEVICE[kind]

@@ -326,8 +326,8 @@ def collector_paused() -> Iterator[None]:
 
     The collector frees graphs that earlier examples left in reference cycles, and freeing a
     captured graph while a capture is open breaks that capture on a GPU
-    (``bench/probes/reset_during_capture.py``): a failure of no target's making, seen as a
-    false ``nested`` finding under ``pytest -n auto`` on the H200. Counted, so that captures
+    (``bench/probes/reset_during_capture.py``): a failure of no target's making, which a check
+    would report as a false ``nested`` finding. Counted, so that captures
     in several threads (the ``threads`` property) re-enable it only when the last one ends.
     The library has its own copy (``breakable_cudagraph.collector``): the harness must not
     run on code it may be judging, and ``mutate`` swaps that package for mutants.

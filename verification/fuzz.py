@@ -18,7 +18,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -33,20 +32,28 @@ from verification.oracle import FUZZ, InvalidProgram, check_program
 from verification.programs import Program, programs
 from verification.report import render_reproducer, write_reproducer
 from verification.search import Outcome, search
-from verification.targets import DEFAULT_TARGET, Target, load_target
+from verification.targets import Target, load_target
 from verification.usable import unusable
+
+
+def _default_kind() -> str:
+    return resolve_device("auto")
 
 
 @dataclass
 class CampaignConfig:
-    """What to fuzz and how hard. ``examples=None`` takes the loaded hypothesis profile's.
+    """What to fuzz, where and how hard: the ``target`` its front end loaded (its contract
+    resolved, :func:`~verification.targets.load_target`) on the device ``kind`` it resolved
+    (``sim`` or ``cuda``, :func:`~verification.devices.resolve_device`). Nothing below takes
+    a target's name or a device choice. ``examples=None`` takes the loaded hypothesis
+    profile's.
 
     ``database`` (default: ``BCG_HYPOTHESIS_DB``'s, else none) keeps shrunk findings, which
     every later campaign using it replays before generating new programs.
     """
 
-    target: str | Any = DEFAULT_TARGET
-    device: str = "auto"
+    target: Target = field(default_factory=load_target)
+    kind: str = field(default_factory=_default_kind)
     examples: int | None = None
     seed: int = 0
     max_ops: int = 8
@@ -60,7 +67,8 @@ class CampaignConfig:
     strategy: st.SearchStrategy[Program] | None = None
     observe: Callable[[Program], None] | None = None
     command_line: str | None = None
-    # None: the contract the target declares.
+    # The ``--contract`` the user gave, for the command a reproducer names (None: the target's
+    # declared one). The target already carries the contract it is judged by.
     contract: str | None = None
     database: ExampleDatabase | None = field(default_factory=shared_database)
     # A wall-clock budget beside the example budget (None: none).
@@ -70,13 +78,21 @@ class CampaignConfig:
     # Draw engine-shaped programs beside plain ones (default catalog only).
     engine: bool = True
 
-    def command(self, target_name: str, device_kind: str) -> str:
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, Target):
+            raise TypeError(
+                f"CampaignConfig.target must be a loaded Target, not {type(self.target).__name__}:"
+                " load it once with verification.targets.load_target"
+            )
+
+    def command(self) -> str:
+        """The command line that runs this campaign again (a reproducer names it)."""
         if self.command_line is not None:
             return self.command_line
         examples = self.examples if self.examples is not None else settings.default.max_examples
         contract = "" if self.contract is None else f" --contract {self.contract}"
         return (
-            f"python -m verification fuzz --target {target_name} --device {device_kind} "
+            f"python -m verification fuzz --target {self.target.name} --device {self.kind} "
             f"--seed {self.seed} --examples {examples} --max-ops {self.max_ops} "
             f"--max-breaks {self.max_breaks} --replays {self.replays}{contract}"
         )
@@ -85,7 +101,7 @@ class CampaignConfig:
 @dataclass
 class CampaignResult:
     target: str
-    device: str
+    kind: str
     examples: int
     elapsed_s: float  # the examples' time, start-up excluded
     findings: list[Finding] = field(default_factory=list)
@@ -104,7 +120,7 @@ class CampaignResult:
 
     def summary_line(self) -> str:
         return (
-            f"fuzz: {self.examples} examples, {len(self.findings)} findings, device={self.device}, "
+            f"fuzz: {self.examples} examples, {len(self.findings)} findings, device={self.kind}, "
             f"target={self.target}, {self.examples_per_second:.1f} examples/s"
             + (f" (start-up {self.startup_s:.1f} s)" if self.startup_s >= 0.05 else "")
             + (f"; stopped early, target unusable: {self.stopped}" if self.stopped else "")
@@ -135,12 +151,12 @@ def _tally(coverage: dict[str, Counter[str]], program: Program) -> None:
 
 def _search(
     config: CampaignConfig,
-    target: Target,
     device: str,
     counter: list[int],
     coverage: dict[str, Counter[str]],
     progress: Callable[[int], None],
 ) -> Outcome[Finding]:
+    target = config.target
     strategy = (
         config.strategy
         if config.strategy is not None
@@ -185,12 +201,12 @@ def _search(
     )
 
 
-def report_findings(result: CampaignResult, config: CampaignConfig, target: Target) -> None:
+def report_findings(result: CampaignResult, config: CampaignConfig) -> None:
     """Renders (and, with a report directory, writes) a reproducer for each finding."""
-    command = config.command(result.target, result.device)
+    command = config.command()
     for number, finding in enumerate(result.findings):
         text = render_reproducer(
-            finding, target, result.device, command, config.replays, config.ops
+            finding, config.target, result.kind, command, config.replays, config.ops
         )
         result.reproducers.append(text)
         if config.report_dir is not None:
@@ -205,8 +221,7 @@ def run_campaign(
 
     ``progress`` is called with 1 after each example drawn (shrinking included).
     """
-    kind = resolve_device(config.device)
-    target = load_target(config.target, config.contract)
+    kind, target = config.kind, config.target
     counter = [0]
     coverage: dict[str, Counter[str]] = {k: Counter() for k in COVERAGE_KEYS}
     opened = time.perf_counter()
@@ -217,7 +232,7 @@ def run_campaign(
         # Frozen once the device is set up, so that what it imported is skipped too.
         gc.freeze()
         try:
-            outcome = _search(config, target, device, counter, coverage, progress)
+            outcome = _search(config, device, counter, coverage, progress)
         finally:
             gc.unfreeze()
     result = CampaignResult(target.name, kind, counter[0], time.perf_counter() - start)
@@ -226,7 +241,7 @@ def run_campaign(
     result.stopped = outcome.stopped
     if outcome.findings:
         result.findings.extend(outcome.findings)
-        report_findings(result, config, target)
+        report_findings(result, config)
     return result
 
 
@@ -247,10 +262,9 @@ def run_isolated(
         if not program_file.exists():
             return 1, None
         program, input_seed = pickle.loads(program_file.read_bytes())
-    target = load_target(config.target, config.contract)
-    kind = resolve_device(config.device)
     message = f"the process died by signal {signal_name(status)}"
     finding = Finding(TARGET_BUG, FUZZ, message, "crash", program, input_seed)
-    result = CampaignResult(target.name, kind, 0, time.perf_counter() - start, [finding])
-    report_findings(result, config, target)
+    elapsed = time.perf_counter() - start
+    result = CampaignResult(config.target.name, config.kind, 0, elapsed, [finding])
+    report_findings(result, config)
     return 1, result

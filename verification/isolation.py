@@ -2,11 +2,13 @@
 target (a signal, an abort in CUDA) ends the child, not the command, and becomes a finding.
 
 Every front end that isolates work passes its child's argv to :func:`run_child`; this is the
-only place a configuration turns back into a command line.
+only place a configuration turns back into a command line. :func:`cores` says how many
+children may run at once.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -32,3 +34,11 @@ def signal_name(status: int) -> str:
     return (
         signal.Signals(number).name if number in signal.Signals._value2member_map_ else str(number)
     )
+
+
+def cores() -> int:
+    """Cores this process may run on (a container's limit, where the OS reports it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

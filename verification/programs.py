@@ -28,7 +28,6 @@ import torch
 from hypothesis import reject
 from hypothesis import strategies as st
 
-from verification.contracts import Contract, get_contract
 from verification.ops.host import HOST_FORMS
 from verification.ops.kernels import has_kernel
 from verification.ops.out_buffer import (
@@ -40,6 +39,7 @@ from verification.ops.out_buffer import (
     with_out_buffer_forms,
 )
 from verification.ops.spec import OpSpec, TensorMeta
+from verification.targets.contracts import Contract, get_contract
 
 
 @dataclass(frozen=True)

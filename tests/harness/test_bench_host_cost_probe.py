@@ -1,4 +1,4 @@
-"""The host-cost probe (issue 23) runs on the simulator and the CPU stand-ins, and refuses bad
+"""The host-cost probe runs on the simulator and the CPU stand-ins, and refuses bad
 arguments with one line and exit code 2."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def test_quick_benchmark_runs_on_the_simulator_and_writes_its_results(tmp_path: 
         assert all(r[f"{name}_correct"] for r in rows), name
     assert all(r["library_correct"] for r in result["transformer"]["rows"])
     assert all(r["library_nosync_correct"] for r in result["transformer"]["rows"])
-    # The side-stream scenario (issue 23): every round holds every target at every k, with the
+    # The side-stream scenario: every round holds every target at every k, with the
     # synced time, the launch-only CPU time and the CPU time per graph launch side by side.
     side = result["side_stream"]
     assert side["correct"] == {name: True for name in side["targets"]}

@@ -99,8 +99,8 @@ def test_the_planted_targets_ship_with_the_package():
 # target in a child process, which cannot import them.
 @pytest.mark.sim
 def test_certificate_has_every_field_and_markdown_starts_simulated(bcg_kind, two_planted):
-    config = CampaignConfig(target="breakable_cudagraph", device=bcg_kind, examples=3)
-    run = CertifyRun(config, load_target("breakable_cudagraph"), bcg_kind)
+    config = CampaignConfig(load_target("breakable_cudagraph"), bcg_kind, examples=3)
+    run = CertifyRun(config)
     cert = certificate(
         run,
         [fuzz_check(run), sensitivity.sensitivity_check(run)],
@@ -135,8 +135,8 @@ def _keys(data: object) -> list[str]:
 
 
 def test_json_keys_are_identifiers_except_where_they_name_data(bcg_kind, two_planted):
-    config = CampaignConfig(target="breakable_cudagraph", device=bcg_kind, examples=3)
-    run = CertifyRun(config, load_target("breakable_cudagraph"), bcg_kind)
+    config = CampaignConfig(load_target("breakable_cudagraph"), bcg_kind, examples=3)
+    run = CertifyRun(config)
     cert = certificate(run, [fuzz_check(run), sensitivity.sensitivity_check(run)], "quick")
     # Coverage counts are keyed by op names and the like: data, not field names.
     data = {k: v for k, v in cert.items() if k != "coverage"}
@@ -215,7 +215,7 @@ def test_checks_is_the_one_list_of_certify_a_row_per_property(monkeypatch):
     )
     monkeypatch.setattr(checks, "CHECKS", [extra])
     target = load_target("breakable_cudagraph")
-    run = CertifyRun(CampaignConfig(target=target, device="sim"), target, "sim")
+    run = CertifyRun(CampaignConfig(target=target, kind="sim"))
     announced = []
     results = checks.run_checks(run, lambda *check: announced.append(check))
     cert = certificate(run, results, "quick")

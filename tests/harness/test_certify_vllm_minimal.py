@@ -1,4 +1,4 @@
-"""Issue 7: the minimal vLLM-contract implementation (``verification/planted/vllm_minimal.py``)
+"""The minimal vLLM-contract implementation (``verification/planted/vllm_minimal.py``)
 certifies, undeclared (so under the out-buffer contract), with no finding about it, at 2000
 examples of up to 16 ops.
 

@@ -9,7 +9,6 @@ import pytest
 
 from tests.oracle_programs import OPS, TWO_BREAKS
 from verification.certify.run import CheckResult
-from verification.contracts import declared_contract, get_contract
 from verification.errors import UsageError
 from verification.findings import FINDING_KINDS, Finding, about_target, fails_certificate
 from verification.oracle import check_program, fresh_returns_read
@@ -17,6 +16,7 @@ from verification.planted import targets as planted_targets
 from verification.planted import vllm_minimal
 from verification.programs import op_table
 from verification.targets import load_target
+from verification.targets.contracts import declared_contract, get_contract
 
 
 def test_unknown_contract_is_a_usage_error_naming_the_choices():

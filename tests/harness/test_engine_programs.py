@@ -61,7 +61,7 @@ def test_every_engine_bug_has_a_budget_here():
 @pytest.mark.parametrize("bug", ENGINE_BUGS)
 def test_fuzz_finds_engine_bug_with_a_reproducer_that_fails(bcg_kind, bug, tmp_path):
     config = CampaignConfig(
-        target=build(bug), device=bcg_kind, examples=40, max_ops=4, seed=SEEDS[bug],
+        target=load_target(build(bug)), kind=bcg_kind, examples=40, max_ops=4, seed=SEEDS[bug],
         report_dir=tmp_path, database=None,
     )  # fmt: skip
     result = run_campaign(config)
@@ -113,7 +113,7 @@ def _odd_returns(kind: str) -> SimpleNamespace:
 @pytest.mark.parametrize("kind", ["none", "string", "other_shape"])
 def test_whatever_a_break_returns_is_a_finding_not_a_harness_error(bcg_kind, kind):
     config = CampaignConfig(
-        target=_odd_returns(kind), device=bcg_kind, examples=15, max_ops=3, database=None
+        target=load_target(_odd_returns(kind)), kind=bcg_kind, examples=15, max_ops=3, database=None
     )
     result = run_campaign(config)  # raises on a harness error
     assert result.findings
@@ -131,7 +131,7 @@ def test_fuzz_draws_every_engine_dimension_beside_plain_programs():
 
     @settings(max_examples=150, database=None, deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))  # fmt: skip
-    @given(programs(engine=CampaignConfig().engine, max_ops=6))
+    @given(programs(engine=CampaignConfig.engine, max_ops=6))
     def draw(program: Program) -> None:
         if not program.host:
             seen.add("plain")

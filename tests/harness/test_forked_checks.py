@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import torch
-from verification.certify import property_check
+from verification.properties import processes
 from verification.properties.base import CheckResult
 
 torch.set_num_threads(2)
@@ -22,8 +22,8 @@ def parallel_op_in_the_child(name, target, kind, examples, seed, cycles, resume=
     torch.randn(512, 512) @ torch.randn(512, 512)
     return [CheckResult(name, 1, 0.0, [])]
 
-property_check.run_properties = parallel_op_in_the_child
-(result,) = property_check.run_forked(["pool"], "unused", "sim", 1)
+processes.run_properties = parallel_op_in_the_child
+(result,) = processes.run_forked(["pool"], "unused", "sim", 1)
 print("child finished", result.examples)
 """
 

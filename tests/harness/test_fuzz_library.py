@@ -18,8 +18,8 @@ from verification.targets import load_target
 
 def test_fuzzer_finds_nothing_in_the_target(bcg_target, bcg_kind, bcg_fuzz_chunk: FuzzChunk):
     config = CampaignConfig(
-        target=bcg_target,
-        device=bcg_kind,
+        target=load_target(bcg_target),
+        kind=bcg_kind,
         examples=bcg_fuzz_chunk.examples,
         seed=bcg_fuzz_chunk.seed,
     )
@@ -30,9 +30,9 @@ def test_fuzzer_finds_nothing_in_the_target(bcg_target, bcg_kind, bcg_fuzz_chunk
 
 def test_fuzzer_finds_the_nested_op_crash_of_breakable_cuda_graphs(bcg_kind):
     pytest.importorskip("breakable_cuda_graphs")
-    target = "verification.targets.breakable_cuda_graphs"
-    assert load_target(target).contract.name == "no-device-returns"
-    result = run_campaign(CampaignConfig(target=target, device=bcg_kind))
+    target = load_target("verification.targets.breakable_cuda_graphs")
+    assert target.contract.name == "no-device-returns"
+    result = run_campaign(CampaignConfig(target=target, kind=bcg_kind))
     assert result.findings, f"nested-op crash unnoticed in {result.examples} examples"
     finding = result.findings[0]
     assert finding.kind == "target-bug" and "AssertionError" in finding.message, finding.summary()

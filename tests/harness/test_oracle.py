@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from tests.oracle_programs import OPS, TWO_BREAKS
-from verification.certify.property_check import run_properties
 from verification.execute import collector_paused
 from verification.fuzz import CampaignConfig, run_isolated
 from verification.oracle import Tolerance, check_program, compare
 from verification.planted.targets import build
+from verification.properties.processes import run_properties
 from verification.targets import load_target
 
 
@@ -84,7 +84,7 @@ def test_child_killed_by_a_signal_is_a_crash_finding(tmp_path, bcg_kind, monkeyp
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), root]))
     monkeypatch.syspath_prepend(str(tmp_path))
     argv = ["fuzz", "--target", "aborting_target", "--device", bcg_kind, "--examples", "2"]
-    config = CampaignConfig(target="aborting_target", device=bcg_kind)
+    config = CampaignConfig(target=load_target("aborting_target"), kind=bcg_kind)
     status, result = run_isolated(argv, config)
     assert status == 1 and result is not None
     assert result.findings[0].violation == "crash"

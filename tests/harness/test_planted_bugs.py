@@ -35,20 +35,22 @@ def test_fuzzer_finds_planted_bug(bcg_kind, bug):
     # Under ``returns`` only the blend break nests a decorated call, so the ci profile's 25
     # examples missed this bug for seeds 0-3; seeds 0-3 found it within 52-185 examples.
     examples = 400 if bug == "nested_break_recorded_twice" else None
-    result = run_campaign(CampaignConfig(target=build(bug), device=bcg_kind, examples=examples))
+    result = run_campaign(
+        CampaignConfig(target=load_target(build(bug)), kind=bcg_kind, examples=examples)
+    )
     assert result.findings, (
         f"planted bug {bug!r} ({BUGS[bug]}) went unnoticed in {result.examples} examples"
     )
 
 
 def test_clean_planted_target_has_no_findings(bcg_kind):
-    result = run_campaign(CampaignConfig(target=build(None), device=bcg_kind))
+    result = run_campaign(CampaignConfig(target=load_target(build(None)), kind=bcg_kind))
     assert not result.findings, result.findings[0].summary()
 
 
 def test_reproducer_fails_with_the_bug_and_passes_on_the_clean_target(bcg_kind, tmp_path):
     result = run_campaign(
-        CampaignConfig(target=build("eager_run_twice"), device=bcg_kind, report_dir=tmp_path)
+        CampaignConfig(load_target(build("eager_run_twice")), bcg_kind, report_dir=tmp_path)
     )
     assert result.reproducer_paths, "no reproducer written"
     failing = _run_script(result.reproducer_paths[0])
@@ -64,7 +66,7 @@ def test_reproducer_fails_with_the_bug_and_passes_on_the_clean_target(bcg_kind, 
 
 def test_shrunk_finding_is_a_handful_of_steps(bcg_kind):
     result = run_campaign(
-        CampaignConfig(target=build("eager_run_twice"), device=bcg_kind, max_ops=12)
+        CampaignConfig(target=load_target(build("eager_run_twice")), kind=bcg_kind, max_ops=12)
     )
     program: Program = result.findings[0].program
     assert len(program.steps) <= 3, program

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from verification.provenance import provenance
+from verification.certify.provenance import provenance
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

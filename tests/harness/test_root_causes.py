@@ -6,7 +6,6 @@ from __future__ import annotations
 import torch
 
 from verification.causes import describe, raised_by_harness, raised_in, target_frame
-from verification.contracts import get_contract
 from verification.devices import device_context
 from verification.errors import UsageError
 from verification.execute import BreakLog
@@ -19,6 +18,7 @@ from verification.programs import Program, Step
 from verification.properties.base import CheckConfig
 from verification.properties.pool import container_as_given_problem
 from verification.targets import load_target
+from verification.targets.contracts import get_contract
 
 
 def _nested_assertion(kind: str) -> AssertionError:

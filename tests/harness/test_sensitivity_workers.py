@@ -61,7 +61,7 @@ def test_cached_evidence_is_reused_and_says_when_it_was_measured_and_fresh_measu
     bcg_kind, aborting_planted, monkeypatch
 ):
     target = load_target("breakable_cudagraph")
-    run = CertifyRun(CampaignConfig(target=target, device=bcg_kind), target, bcg_kind)
+    run = CertifyRun(CampaignConfig(target=target, kind=bcg_kind))
     run.sensitivity = "cached"
     first = sensitivity.sensitivity_check(run).section
     assert first is not None and first["source"] == "fresh"

@@ -1,5 +1,5 @@
 """Each command loads its target once and passes the loaded target down: no check re-imports
-it from its name (issue 20)."""
+it from its name."""
 
 from __future__ import annotations
 
@@ -26,3 +26,10 @@ def test_a_command_loads_its_target_once(command, tmp_path, monkeypatch, bcg_kin
         command = [*command, str(tmp_path)]
     assert main([*command, "--target", TARGET, "--device", bcg_kind]) == 0
     assert counting_target.LOADS == 1
+
+
+def test_a_campaign_takes_a_loaded_target_never_a_name():
+    from verification.fuzz import CampaignConfig
+
+    with pytest.raises(TypeError, match="load_target"):
+        CampaignConfig(target="breakable_cudagraph", kind="sim")

@@ -15,7 +15,7 @@ def test_minimal_vllm_implementation_is_judged_by_out_buffer_when_undeclared():
 
 
 def test_minimal_vllm_implementation_passes_under_out_buffer(bcg_kind):
-    result = run_campaign(CampaignConfig(target=build(None), device=bcg_kind))
+    result = run_campaign(CampaignConfig(target=load_target(build(None)), kind=bcg_kind))
     assert not result.findings, result.findings[0].summary()
 
 
@@ -24,7 +24,9 @@ def test_fuzzer_finds_planted_bug_of_the_vllm_minimal_implementation(bcg_kind, b
     # Half of fuzz's programs are engine-shaped, so the plain ones that reach the ordering
     # bugs are half as dense: the ci profile's 25 examples missed them when the shared
     # example database led the round (xdist, beside the property reproducer tests).
-    result = run_campaign(CampaignConfig(target=build(bug), device=bcg_kind, examples=100))
+    result = run_campaign(
+        CampaignConfig(target=load_target(build(bug)), kind=bcg_kind, examples=100)
+    )
     assert result.findings, (
         f"planted bug {bug!r} ({BUGS[bug]}) went unnoticed in {result.examples} examples"
     )
@@ -32,12 +34,12 @@ def test_fuzzer_finds_planted_bug_of_the_vllm_minimal_implementation(bcg_kind, b
 
 
 def test_minimal_vllm_implementation_passes_check_all_holding_memory_only(bcg_kind):
-    # Issue 11's done-when: correct but for strongly held break arguments (functools.partial),
+    # vLLM's contract as written: correct but for strongly held break arguments (functools.partial),
     # so every property passes and the pool property reports the memory held, not a bug.
     from hypothesis import settings
 
     from tests.property_checks import CI_CYCLES
-    from verification.certify.property_check import run_properties
+    from verification.properties.processes import run_properties
     from verification.targets import load_target
 
     results = run_properties(
@@ -58,7 +60,7 @@ def test_minimal_vllm_implementation_holding_weakly_as_vllm_keeps_nothing_alive(
     from hypothesis import settings
 
     from tests.property_checks import CI_CYCLES
-    from verification.certify.property_check import run_properties
+    from verification.properties.processes import run_properties
     from verification.targets import load_target
 
     results = run_properties(

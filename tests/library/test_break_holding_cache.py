@@ -1,4 +1,4 @@
-"""Tests for the capture's record of break arguments it already holds strongly (issue 23).
+"""Tests for the capture's record of break arguments it already holds strongly.
 
 A tensor from outside the pool given to many breaks is looked up once; the record must not
 change what is held (a tensor whose storage moved into the pool is aliased again), nor outlive

@@ -134,7 +134,7 @@ def test_given_stream_is_used_for_capture(bcg_device: str) -> None:
 
 def test_entry_from_a_side_stream_captures_on_it(bcg_device: str) -> None:
     # A chain captured on a stream of its own replays every kernel slower on the caller's
-    # (H200, issue 23), so a caller already on a capturable stream keeps it, as vLLM does.
+    # (measured on an H200), so a caller already on a capturable stream keeps it, as vLLM does.
     caller = torch.cuda.Stream()
     x = torch.ones(4, device=bcg_device)
     seen: list[torch.cuda.Stream] = []
@@ -364,7 +364,7 @@ def test_preparation_runs_once_per_capture_not_per_segment(
         for _ in range(3):
             x.add_(1)
             capture.add_eager(lambda: None)
-    # Nothing by default (issue 9: it cost 0.3 ms per capture); with gc_collect once per
+    # Nothing by default (it cost 0.3 ms per capture); with gc_collect once per
     # capture, and a stream sync, never a device-wide one: that breaks other threads' captures.
     assert counts == {"synchronize": 0, "stream_sync": 0, "empty_cache": 0, "gc": 0}
     with BreakableCUDAGraphCapture(gc_collect=True) as second:

@@ -96,7 +96,7 @@ def test_runner_warms_up_on_a_side_stream_before_capturing(bcg_device: str) -> N
     assert torch.equal(out, torch.full_like(out, 3.0))
 
 
-# ---- input writes keep eager semantics (issue 25) ------------------------------------------
+# ---- input writes keep eager semantics ------------------------------------------------------
 
 
 @pytest.mark.parametrize("enabled", [None, False], ids=["graphs", "graphs disabled"])

@@ -13,6 +13,7 @@ from verification.errors import UsageError
 from verification.fuzz import CampaignConfig, run_campaign
 from verification.planted.targets import build
 from verification.plugin.shard import CHUNK_EXAMPLES, Shard, parse_shard, plan, select
+from verification.targets import load_target
 
 
 @given(st.integers(0, 20 * CHUNK_EXAMPLES), st.integers(0, 2**32), st.integers(1, 12))
@@ -51,7 +52,7 @@ def _programs_seen(monkeypatch, seed: int, examples: int) -> list[str]:
         seen.append(repr((program, input_seed)))
 
     monkeypatch.setattr(verification.fuzz, "check_program", record)
-    run_campaign(CampaignConfig(device="sim", seed=seed, examples=examples, database=None))
+    run_campaign(CampaignConfig(kind="sim", seed=seed, examples=examples, database=None))
     return seen
 
 
@@ -63,10 +64,10 @@ def test_a_chunks_campaign_is_a_function_of_the_chunk(monkeypatch):
 
 
 def test_shared_database_replays_a_finding_first_on_another_runner(bcg_kind, tmp_path):
-    target = build("eager_reordered")
+    target = load_target(build("eager_reordered"))
 
     def runner(seed: int, examples: int, database):
-        config = CampaignConfig(target=target, device=bcg_kind, seed=seed, examples=examples)
+        config = CampaignConfig(target=target, kind=bcg_kind, seed=seed, examples=examples)
         config.database = database
         return run_campaign(config)
 

@@ -18,9 +18,9 @@ import torch
 
 from verification.bisect.model import UserModel, session
 from verification.bisect.trace import Choose, Trace, Tracer, _none, copies
-from verification.contracts import COLLECTOR, collector_frozen
 from verification.execute import collector_paused
 from verification.targets import Target
+from verification.targets.contracts import COLLECTOR, collector_frozen
 
 SEED = 0
 

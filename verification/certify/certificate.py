@@ -21,8 +21,8 @@ from typing import Any
 import hypothesis
 import torch
 
+from verification.certify.provenance import provenance
 from verification.certify.run import CertifyRun, CheckResult
-from verification.contracts import DECLARATION, LEGACY_DECLARATION
 from verification.findings import (
     FINDING_KINDS,
     HARNESS_ERROR,
@@ -33,8 +33,8 @@ from verification.findings import (
     root_causes,
 )
 from verification.properties import PROPERTIES
-from verification.provenance import provenance
 from verification.targets import Target
+from verification.targets.contracts import DECLARATION, LEGACY_DECLARATION
 
 
 def _driver() -> str | None:
@@ -157,7 +157,7 @@ def certificate(
     return {
         "verdict": "fail" if failed else "error" if broke else "pass",
         "passed": passed,
-        "simulated": run.device == "sim",
+        "simulated": run.kind == "sim",
         "command": command,
         "total_seconds": None if seconds is None else round(seconds, 1),
         "target": {
@@ -170,8 +170,8 @@ def certificate(
             "source": contract_source(run),
             "summary": target.contract.summary,
         },
-        "device": run.device,
-        "environment": environment(run.device),
+        "device": run.kind,
+        "environment": environment(run.kind),
         "profile": {
             "name": profile,
             "overrides": overrides,

@@ -11,6 +11,7 @@ their child processes, and the others run meanwhile in this process.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,10 +19,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from verification.certify import sensitivity
 from verification.certify.mutation_check import mutation_check
 from verification.certify.ops_check import ops_check
-from verification.certify.property_check import certify_budget, certify_properties
 from verification.certify.run import CertifyRun, Check, CheckResult
 from verification.fuzz import CampaignResult, run_campaign
 from verification.properties import PROPERTIES
+from verification.properties.processes import (
+    CYCLING_PROPERTIES,
+    DEFAULT_CYCLES,
+    run_forked,
+    run_in_child,
+    run_properties,
+)
 
 
 def fuzz_check(run: CertifyRun) -> CheckResult:
@@ -39,6 +46,74 @@ def fuzz_check(run: CertifyRun) -> CheckResult:
         list(result.reproducers),
         budget_s=run.schedule.fuzz_s,
     )
+
+
+# Under a time budget the example counts are caps that time, not they, should reach.
+BUDGETED_EXAMPLES = 100_000
+
+
+def certify_budget(run: CertifyRun) -> tuple[int, int]:
+    """Examples and repetition cycles per property under certify's settings."""
+    if run.schedule.property_s is not None:
+        examples = BUDGETED_EXAMPLES
+    else:
+        examples = max(5, (run.config.examples or 25) // 10)
+    # 10,000 cycles on a GPU, whose caching allocator absorbs a small leak for a while; the
+    # simulator's allocator shows any per-cycle leak in 1,000.
+    long_run = (run.config.examples or 0) >= 2000 and run.schedule.property_s is None
+    cycles = (10_000 if run.kind == "cuda" else 1_000) if long_run else DEFAULT_CYCLES
+    return examples, cycles
+
+
+def _child_argv(run: CertifyRun, name: str, examples: int, cycles: int) -> list[str]:
+    argv = ["check", name, "--target", run.target.name, "--device", "cuda"]
+    argv += ["--examples", str(examples), "--cycles", str(cycles)]
+    argv += ["--seed", str(run.config.seed)]
+    if run.schedule.property_s is not None:
+        argv += ["--budget", f"{run.schedule.property_s:.1f}"]
+    if run.config.contract:
+        argv += ["--contract", str(run.config.contract)]
+    return argv
+
+
+def certify_properties(run: CertifyRun) -> list[CheckResult]:
+    """Every property as one row of certify's table each (``verification.certify.checks``),
+    ``run.schedule.jobs`` at a time, each in a process of its own so that no check sees
+    another's leftovers."""
+    chosen = list(PROPERTIES)
+    examples, cycles = certify_budget(run)
+    seconds = run.schedule.property_s
+    # A target that is a module of its name is imported by a child, so that a crash ends the
+    # child, not certify; one built in this process runs here.
+    by_name = sys.modules.get(run.target.name) is run.target.module
+    if run.kind == "cuda" and by_name:
+        with ThreadPoolExecutor(max_workers=run.schedule.jobs) as pool:
+            argvs = [_child_argv(run, name, examples, cycles) for name in chosen]
+            results = list(pool.map(run_in_child, chosen, argvs))
+    elif run.kind == "sim":
+        results = run_forked(
+            chosen, run.target, run.kind, examples, run.config.seed, cycles,
+            run.schedule.jobs, seconds=seconds,
+        )  # fmt: skip
+    else:
+        results = run_properties(
+            "all", run.target, run.kind, examples, run.config.seed, cycles, seconds=seconds
+        )
+    rows = []
+    for result in results:
+        run.progress(result.examples)
+        rows.append(
+            CheckResult(
+                result.prop,
+                result.examples,
+                result.elapsed_s,
+                list(result.findings),
+                cycles=cycles if result.prop in CYCLING_PROPERTIES else None,
+                not_applicable=result.not_applicable,
+                budget_s=seconds,
+            )
+        )
+    return rows
 
 
 # The checks that run in child processes, and so beside the others on a GPU host.

@@ -20,7 +20,7 @@ def mutation_check(run: CertifyRun) -> CheckResult:
     result = run_mutation(
         MutationConfig(
             target=run.target.name,
-            device=run.device,
+            kind=run.kind,
             budget=run.mutants,
             seed=run.config.seed,
             on_judged=run.progress,

@@ -30,11 +30,9 @@ def ops_check(run: CertifyRun) -> CheckResult:
     start = time.perf_counter()
     # Small base programs: the fuzz check covers big ones; here the op is what varies.
     base = dataclasses.replace(run.config, max_ops=DEFAULT_MAX_OPS, max_breaks=DEFAULT_MAX_BREAKS)
-    op_config, coverage = op_campaign(
-        base, run.op_specs, run.users, run.target, run.device, CONTRACT_EXAMPLES
-    )
+    op_config, coverage = op_campaign(base, run.op_specs, run.users, CONTRACT_EXAMPLES)
     violations = contract_violations(
-        run.users, run.target, run.device, CONTRACT_EXAMPLES, run.config.seed
+        run.users, run.target, run.kind, CONTRACT_EXAMPLES, run.config.seed
     )
     # Each names its op: several ops may break the same part.
     findings = [
@@ -42,16 +40,16 @@ def ops_check(run: CertifyRun) -> CheckResult:
         for ref, found in violations.items()
         for v in found
     ]
-    command = op_config.command(run.target.name, run.device)
+    command = op_config.command()
     reproducers = [
-        render_contract_reproducer(ref, v, run.device, command, run.target)
+        render_contract_reproducer(ref, v, run.kind, command, run.target)
         for ref, found in violations.items()
         for v in found
     ]
     result = run_campaign(op_config, progress=run.progress)
     # A campaign finding that is the op's fault is an op-bug: the certificate goes with the
     # op's pull request too, so it fails, naming the op.
-    settle_findings(result, op_config, run.users, run.target, run.device)
+    settle_findings(result, op_config, run.users)
     counts = {
         f"{ref} {key}": value
         for ref, per_op in coverage.as_dict().items()

@@ -20,14 +20,12 @@ from verification.userops.programs import UserOp
 
 @dataclass
 class CertifyRun:
-    """What every check gets: the campaign settings (``config.target`` is ``target``), the
-    target loaded once (its contract resolved), the device kind actually used, how the time
-    budget is spent (``schedule``), the user ops of ``--ops`` (loaded once), and
+    """What every check gets: the campaign settings (``config``, holding the target loaded
+    once with its contract resolved, and the device kind actually used), how the time budget
+    is spent (``schedule``), the user ops of ``--ops`` (loaded once), and
     ``progress(advance)`` to move the progress bar."""
 
     config: CampaignConfig
-    target: Target
-    device: str
     progress: Callable[[int], None] = lambda advance: None
     # ``--ops MODULE:SPEC``: the refs as given (for reproducer commands) and the loaded ops.
     op_specs: Sequence[str] = ()
@@ -37,6 +35,15 @@ class CertifyRun:
     sensitivity: str = "off"
     mutants: int | None = None
     schedule: Schedule = field(default_factory=lambda: Schedule(None, None, None, 1, False))
+
+    @property
+    def target(self) -> Target:
+        return self.config.target
+
+    @property
+    def kind(self) -> str:
+        """``sim`` or ``cuda``."""
+        return self.config.kind
 
 
 @dataclass

@@ -12,8 +12,9 @@ simulator, whose machines have few cores.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
+
+from verification.isolation import cores
 
 # The fuzz campaign's share of the budget where the phases run one after the other: the
 # campaign draws every shape of program, each property check only its own.
@@ -39,14 +40,6 @@ class Schedule:
     jobs: int
     concurrent: bool
     workers: int = 1
-
-
-def cores() -> int:
-    """Cores this process may run on (a container's limit, where the OS reports it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def schedule(budget_s: float | None, kind: str, checks: int, cpus: int | None = None) -> Schedule:

@@ -38,12 +38,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verification.certify.property_check import run_properties
 from verification.certify.run import CertifyRun, CheckResult
-from verification.certify.schedule import cores
 from verification.errors import hide_expected_warnings
 from verification.findings import fails_certificate
 from verification.fuzz import CampaignConfig, run_campaign
+from verification.isolation import cores
+from verification.properties.processes import run_properties
 from verification.targets import load_target
 
 FUZZ_MODULES = ("verification.planted.targets", "verification.planted.vllm_minimal")
@@ -93,7 +93,7 @@ def _measure_one(planted: Planted, kind: str, seed: int) -> dict[str, Any]:
     target = load_target(importlib.import_module(planted.module).build(planted.bug))
     if planted.check == "fuzz":
         config = CampaignConfig(
-            target=target, device=kind, examples=FUZZ_EXAMPLES, seed=seed, verdict_only=True,
+            target=target, kind=kind, examples=FUZZ_EXAMPLES, seed=seed, verdict_only=True,
             database=None,
         )  # fmt: skip
         result = run_campaign(config)
@@ -325,10 +325,10 @@ def sensitivity_check(run: CertifyRun) -> CheckResult:
     "cached"`` a measurement of this environment is reused; ``fresh`` (and ``cached`` where
     none is) measures and caches it."""
     start = time.perf_counter()
-    path = cache_path(run.device, run.config.seed) if run.sensitivity != "off" else None
+    path = cache_path(run.kind, run.config.seed) if run.sensitivity != "off" else None
     measured = _cached(path) if path is not None and run.sensitivity == "cached" else None
     if measured is None:
-        measured = measure(run.device, run.config.seed, run.progress, run.schedule.workers)
+        measured = measure(run.kind, run.config.seed, run.progress, run.schedule.workers)
         if path is not None:
             _store(path, measured)
     else:

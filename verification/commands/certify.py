@@ -179,13 +179,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.mutants:
         require_cosmic_ray()  # before the campaign, not after it
     writable_dir(args.out, "--out")
-    config = campaign_config(args, target, args.out / "reproducers")
+    config = campaign_config(args, target, kind, args.out / "reproducers")
     log = _Log(args.quiet)
     with progress_bar(quiet=args.quiet) as (start_check, advance):
         run = CertifyRun(
             config,
-            target,
-            kind,
             advance,
             op_specs=tuple(args.ops),
             users=users,

@@ -18,16 +18,6 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from verification.certify.property_check import (
-    DEFAULT_CYCLES,
-    forked_jobs,
-    go_on,
-    names,
-    run_forked,
-    run_in_child,
-    run_properties,
-    to_json,
-)
 from verification.commands.options import (
     add_device,
     add_quiet,
@@ -38,13 +28,23 @@ from verification.commands.options import (
     writable_dir,
 )
 from verification.commands.progress import progress_bar
-from verification.contracts import CONTRACTS
 from verification.devices import resolve_device
 from verification.findings import exit_status, root_causes
 from verification.properties import PROPERTIES
 from verification.properties.base import Resume
+from verification.properties.processes import (
+    DEFAULT_CYCLES,
+    forked_jobs,
+    go_on,
+    names,
+    run_forked,
+    run_in_child,
+    run_properties,
+    to_json,
+)
 from verification.properties.reproduce import render, write
 from verification.targets import DEFAULT_TARGET, load_target
+from verification.targets.contracts import CONTRACTS
 from verification.targets.upstream import add_target_path
 
 

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     kind = resolve_device(args.device)
     target = load_target(args.target, args.contract)
     writable_dir(args.report, "--report")
-    config = campaign_config(args, target, args.report)
+    config = campaign_config(args, target, kind, args.report)
     isolate = args.isolate if args.isolate is not None else kind == "cuda"
     if isolate:
         status, crashed = run_isolated(list(argv), config)

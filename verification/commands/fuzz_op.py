@@ -87,9 +87,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     target = load_target(args.target, args.contract)
     users = load_user_ops(args.specs)
     writable_dir(args.report, "--report")
-    base = campaign_config(args, target, args.report)
+    base = campaign_config(args, target, kind, args.report)
     config, coverage = op_campaign(
-        base, args.specs, users, target, kind, contract_examples=args.contract_examples
+        base, args.specs, users, contract_examples=args.contract_examples
     )
     isolate = args.isolate if args.isolate is not None else kind == "cuda"
     if isolate:
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     violations = contract_violations(users, target, kind, args.contract_examples, args.seed)
     # One line per violation, the FINDING line, then its reproducer: each checks its part again.
     written: list[Path] = []
-    command = config.command(target.name, kind)
+    command = config.command()
     for ref, found in violations.items():
         print(f"contract of {ref}: {'BROKEN' if found else 'kept'} ({len(found)} violations)")
         for violation in found:
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     with progress_bar(quiet=args.quiet) as (start, advance):
         start("fuzz-op", config.examples)
         result = run_campaign(config, progress=advance)
-    settle_findings(result, config, users, target, kind)
+    settle_findings(result, config, users)
     print_findings(result)
     for path in written:
         print(f"reproducer written to {path}")

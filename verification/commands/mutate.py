@@ -72,10 +72,10 @@ def _place(text: str) -> tuple[str, int]:
     return file, int(line)
 
 
-def config_from(args: argparse.Namespace, device: str) -> MutationConfig:
+def config_from(args: argparse.Namespace, kind: str) -> MutationConfig:
     return MutationConfig(
         target=args.target,
-        device=device,
+        kind=kind,
         budget=args.budget,
         jobs=args.jobs,
         seed=args.seed,
@@ -96,9 +96,9 @@ def print_survivors(result: MutationResult) -> None:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    device = resolve_device(args.device)
+    kind = resolve_device(args.device)
     writable_dir(args.report, "--report")
-    config = config_from(args, device)
+    config = config_from(args, kind)
     with progress_bar(quiet=args.quiet) as (start, advance):
         config.on_total = lambda total: start("mutate", total, "mutants")
         config.on_judged = advance

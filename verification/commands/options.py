@@ -17,11 +17,11 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from verification.contracts import CONTRACTS
 from verification.devices import DEVICE_CHOICES
 from verification.errors import UsageError
 from verification.fuzz import CampaignConfig, CampaignResult
 from verification.targets import DEFAULT_TARGET, Target
+from verification.targets.contracts import CONTRACTS
 from verification.targets.upstream import add_target_path
 
 
@@ -170,12 +170,13 @@ def remove_new_outputs() -> None:
 
 
 def campaign_config(
-    args: argparse.Namespace, target: Target, report_dir: Path | None
+    args: argparse.Namespace, target: Target, kind: str, report_dir: Path | None
 ) -> CampaignConfig:
-    """The campaign the shared options describe, on the ``target`` the command loaded."""
+    """The campaign the shared options describe, on the ``target`` the command loaded and the
+    device ``kind`` it resolved."""
     return CampaignConfig(
         target=target,
-        device=args.device,
+        kind=kind,
         examples=args.examples,
         seed=args.seed,
         max_ops=args.max_ops,

@@ -44,10 +44,12 @@ _CANARY = 'raise ImportError("mutation canary: the scratch copy of the target wa
 
 @dataclass
 class MutationConfig:
-    """What to mutate and how. ``budget`` samples that many mutants (None: all of them)."""
+    """What to mutate and how. ``target`` is a module name: each mutant is imported afresh in
+    the children that judge it. ``kind`` is the resolved device kind (``sim`` or ``cuda``).
+    ``budget`` samples that many mutants (None: all of them)."""
 
     target: str
-    device: str = "sim"
+    kind: str = "sim"
     budget: int | None = None
     jobs: int = 1
     seed: int = 0
@@ -84,7 +86,7 @@ class Mutant:
 @dataclass
 class MutationResult:
     target: str
-    device: str
+    kind: str
     stages: list[str]
     available: int
     mutants: list[Mutant] = field(default_factory=list)
@@ -248,7 +250,7 @@ def run_mutation(config: MutationConfig) -> MutationResult:
     settings = {
         "python": PYTHON,
         "target": config.target,
-        "device": config.device,
+        "device": config.kind,
         "examples": config.examples,
         "seed": config.seed,
     }
@@ -277,7 +279,7 @@ def run_mutation(config: MutationConfig) -> MutationResult:
         for worker in workers[1:]:
             worker.timeouts = dict(workers[0].timeouts)
         _check_canary(source, scratch / "canary", stages, settings)
-        result = MutationResult(config.target, config.device, [s.name for s in stages], available)
+        result = MutationResult(config.target, config.kind, [s.name for s in stages], available)
         idle: queue.Queue[_Worker] = queue.Queue()
         for worker in workers:
             idle.put(worker)

@@ -19,7 +19,7 @@ def score_line(result: MutationResult) -> str:
     return (
         f"mutate: {killed}/{total} mutants killed ({100 * result.score:.1f}%), "
         f"{len(result.survivors)} survived, {result.available} available, "
-        f"target={result.target}, device={result.device}, {result.seconds:.0f} s"
+        f"target={result.target}, device={result.kind}, {result.seconds:.0f} s"
     )
 
 
@@ -27,7 +27,7 @@ def as_dict(result: MutationResult, command: str) -> dict[str, Any]:
     return {
         "command": command,
         "target": result.target,
-        "device": result.device,
+        "device": result.kind,
         "stages": result.stages,
         "available": result.available,
         "mutants": len(result.mutants),

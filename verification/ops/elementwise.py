@@ -22,18 +22,6 @@ DtypeRule = Callable[[torch.dtype], torch.dtype]
 ParamsFor = Callable[[Sequence[TensorMeta]], st.SearchStrategy[dict[str, Any]]]
 
 
-def _any(m: TensorMeta) -> bool:
-    return True
-
-
-def _same(dtype: torch.dtype) -> torch.dtype:
-    return dtype
-
-
-def _to_bool(dtype: torch.dtype) -> torch.dtype:
-    return torch.bool
-
-
 def _floats_only(dtype: torch.dtype) -> torch.dtype | None:
     return dtype if dtype in rules.FLOATS else None
 
@@ -52,14 +40,6 @@ def _clamp_bounds(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, An
     return st.tuples(bounds, bounds).map(lambda b: {"lo": min(b), "hi": max(b)})
 
 
-def _alpha(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
-    # Integer inputs reject a float alpha, so alpha follows the promoted dtype.
-    integral = rules.promote(*metas) not in rules.FLOATS
-    return st.fixed_dictionaries(
-        {"alpha": st.sampled_from([1, 2, -1] if integral else [1.0, 0.5, -2.0])}
-    )
-
-
 def _fill_value(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
     values = {torch.bool: [True, False], torch.int64: [0, 7, -3]}.get(
         metas[0].dtype, [0.0, -1.5, 2.0]
@@ -72,7 +52,7 @@ def unary(
     run: Callable[..., torch.Tensor],
     expr: str,
     accepts: Accepts,
-    result: DtypeRule = _same,
+    result: DtypeRule = rules.same_dtype,
     params: ParamsFor = _none,
 ) -> OpSpec:
     def infer(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
@@ -87,7 +67,7 @@ def broadcasting(
     run: Callable[..., torch.Tensor],
     expr: str,
     accepts: Sequence[Accepts],
-    result: Callable[[torch.dtype], torch.dtype | None] = _same,
+    result: Callable[[torch.dtype], torch.dtype | None] = rules.same_dtype,
     params: ParamsFor = _none,
     same_dtype: bool = False,
 ) -> OpSpec:
@@ -114,7 +94,7 @@ def _masked_fill_infer(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | N
     return x
 
 
-fl, ar, an = rules.is_float, rules.is_arith, _any
+fl, ar, an = rules.is_float, rules.is_arith, rules.any_meta
 
 OPS: list[OpSpec] = [
     unary("neg", lambda a: torch.neg(a), "torch.neg({0})", ar),
@@ -157,21 +137,23 @@ OPS: list[OpSpec] = [
         fl,
         params=_clamp_bounds,
     ),
-    unary("logical_not", lambda a: torch.logical_not(a), "torch.logical_not({0})", an, _to_bool),
-    unary("isnan", lambda a: torch.isnan(a), "torch.isnan({0})", an, _to_bool),
+    unary(
+        "logical_not", lambda a: torch.logical_not(a), "torch.logical_not({0})", an, rules.to_bool
+    ),
+    unary("isnan", lambda a: torch.isnan(a), "torch.isnan({0})", an, rules.to_bool),
     broadcasting(
         "add",
         lambda a, b, *, alpha: torch.add(a, b, alpha=alpha),
         "torch.add({0}, {1}, alpha={alpha})",
         (ar, ar),
-        params=_alpha,
+        params=rules.alpha_param,
     ),
     broadcasting(
         "sub",
         lambda a, b, *, alpha: torch.sub(a, b, alpha=alpha),
         "torch.sub({0}, {1}, alpha={alpha})",
         (ar, ar),
-        params=_alpha,
+        params=rules.alpha_param,
     ),
     broadcasting("mul", lambda a, b: torch.mul(a, b), "torch.mul({0}, {1})", (ar, ar)),
     broadcasting(
@@ -200,15 +182,15 @@ OPS: list[OpSpec] = [
         (ar, ar),
         _floats_only,
     ),
-    broadcasting("eq", lambda a, b: torch.eq(a, b), "torch.eq({0}, {1})", (an, an), _to_bool),
-    broadcasting("lt", lambda a, b: torch.lt(a, b), "torch.lt({0}, {1})", (an, an), _to_bool),
-    broadcasting("ge", lambda a, b: torch.ge(a, b), "torch.ge({0}, {1})", (an, an), _to_bool),
+    broadcasting("eq", lambda a, b: torch.eq(a, b), "torch.eq({0}, {1})", (an, an), rules.to_bool),
+    broadcasting("lt", lambda a, b: torch.lt(a, b), "torch.lt({0}, {1})", (an, an), rules.to_bool),
+    broadcasting("ge", lambda a, b: torch.ge(a, b), "torch.ge({0}, {1})", (an, an), rules.to_bool),
     broadcasting(
         "logical_and",
         lambda a, b: torch.logical_and(a, b),
         "torch.logical_and({0}, {1})",
         (an, an),
-        _to_bool,
+        rules.to_bool,
     ),
     broadcasting(
         "bitwise_xor",

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from hypothesis import strategies as st
 
 from verification.ops import rules
 from verification.ops.spec import OpSpec, Params, TensorMeta
@@ -32,19 +31,9 @@ def indices_from(t: torch.Tensor, size: int) -> torch.Tensor:
 INDICES = "torch.remainder(({src} * 1000).to(torch.int64), {size})"
 
 
-def _dim(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({"dim": rules.dims(len(metas[0].shape))})
-
-
 def _dims_accepted_by(infer: Any) -> Any:
     """Only the dims along which the two inputs' shapes fit together."""
     return lambda metas: rules.accepted(infer, metas, rules.dim_choices(len(metas[0].shape)))
-
-
-def _axis(metas: Sequence[TensorMeta], p: Params) -> int | None:
-    """The wrapped ``dim`` when the first input has at least one dim."""
-    ndim = len(metas[0].shape)
-    return rules.wrap_dim(p.get("dim", -1), ndim) if ndim else None
 
 
 def _within_except(a: TensorMeta, b: TensorMeta, axis: int) -> bool:
@@ -56,7 +45,7 @@ def _within_except(a: TensorMeta, b: TensorMeta, axis: int) -> bool:
 
 def _gather(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     a, b = metas
-    axis = _axis(metas, p)
+    axis = rules.ranked_dim(metas, p)
     if axis is None or not _within_except(a, b, axis):
         return None
     return TensorMeta(b.shape, a.dtype)
@@ -64,20 +53,20 @@ def _gather(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
 
 def _scatter(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     a, b = metas
-    ok = _axis(metas, p) is not None and a == b and rules.is_arith(a)
+    ok = rules.ranked_dim(metas, p) is not None and a == b and rules.is_arith(a)
     return a if ok else None
 
 
 def _scatter_add(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     a, b = metas
-    axis = _axis(metas, p)
+    axis = rules.ranked_dim(metas, p)
     ok = axis is not None and _within_except(a, b, axis) and a.dtype == b.dtype
     return a if ok and rules.is_arith(a) else None
 
 
 def _index_select(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     a, b = metas
-    axis = _axis(metas, p)
+    axis = rules.ranked_dim(metas, p)
     if axis is None:
         return None
     shape = (*a.shape[:axis], math.prod(b.shape), *a.shape[axis + 1 :])
@@ -86,7 +75,7 @@ def _index_select(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
 
 def _index_add(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     a, b = metas
-    axis = _axis(metas, p)
+    axis = rules.ranked_dim(metas, p)
     if axis is None or len(a.shape) != len(b.shape) or a.dtype != b.dtype:
         return None
     same_elsewhere = all(x == y for d, (x, y) in enumerate(zip(a.shape, b.shape)) if d != axis)
@@ -127,7 +116,7 @@ OPS: list[OpSpec] = [
         "torch.scatter({0}, {dim}, torch.argsort({0}, dim={dim}, stable=True), {1})",
         # A per-slice permutation: no index repeats, so no write races on CUDA.
         run=lambda a, b, *, dim: torch.scatter(a, dim, torch.argsort(a, dim=dim, stable=True), b),
-        params=_dim,
+        params=rules.dim_param,
     ),
     OpSpec(
         "scatter_add",
@@ -148,7 +137,7 @@ OPS: list[OpSpec] = [
         run=lambda a, b, *, dim: torch.index_select(
             a, dim, indices_from(b, a.shape[dim]).flatten()
         ),
-        params=_dim,
+        params=rules.dim_param,
     ),
     OpSpec(
         "index_add",

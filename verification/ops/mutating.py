@@ -20,17 +20,9 @@ from verification.ops.spec import OpSpec, Params, TensorMeta
 Accepts = Callable[[TensorMeta], bool]
 
 
-def _same(dtype: torch.dtype) -> torch.dtype:
-    return dtype
-
-
 def _casts_to_anything(dtype: torch.dtype) -> torch.dtype:
     # copy_ converts between any dtypes; bool is the dtype torch can cast to every other.
     return torch.bool
-
-
-def _any(m: TensorMeta) -> bool:
-    return True
 
 
 def _writes_into(dest: TensorMeta, others: Sequence[TensorMeta], computed: torch.dtype) -> bool:
@@ -44,7 +36,7 @@ def in_place(
     run: Callable[..., torch.Tensor],
     expr: str,
     accepts: Accepts,
-    result: Callable[[torch.dtype], torch.dtype] = _same,
+    result: Callable[[torch.dtype], torch.dtype] = rules.same_dtype,
     params: Any = None,
 ) -> OpSpec:
     """``inputs[0].<op>_(*inputs[1:])``: the value computed from all inputs lands in input 0."""
@@ -65,7 +57,7 @@ def out_variant(
     run: Callable[..., torch.Tensor],
     expr: str,
     accepts: Accepts,
-    result: Callable[[torch.dtype], torch.dtype] = _same,
+    result: Callable[[torch.dtype], torch.dtype] = rules.same_dtype,
 ) -> OpSpec:
     """An elementwise op whose last input is its ``out=`` destination."""
 
@@ -78,13 +70,6 @@ def out_variant(
         return dest if torch.can_cast(result(rules.promote(*sources)), dest.dtype) else None
 
     return OpSpec(name, arity, infer, expr, run=run, aliasing="out", mutates=(arity - 1,))
-
-
-def _alpha(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
-    integral = rules.promote(*metas) not in rules.FLOATS
-    return st.fixed_dictionaries(
-        {"alpha": st.sampled_from([1, 2, -1] if integral else [1.0, 0.5, -2.0])}
-    )
 
 
 def _bounds(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
@@ -131,7 +116,7 @@ OPS: list[OpSpec] = [
         lambda a, b, *, alpha: a.add_(b, alpha=alpha),
         "{0}.add_({1}, alpha={alpha})",
         ar,
-        params=_alpha,
+        params=rules.alpha_param,
     ),
     in_place(
         "sub_",
@@ -139,15 +124,17 @@ OPS: list[OpSpec] = [
         lambda a, b, *, alpha: a.sub_(b, alpha=alpha),
         "{0}.sub_({1}, alpha={alpha})",
         ar,
-        params=_alpha,
+        params=rules.alpha_param,
     ),
     in_place("mul_", 2, lambda a, b: a.mul_(b), "{0}.mul_({1})", ar),
     in_place("div_", 2, lambda a, b: a.div_(b), "{0}.div_({1})", ar, rules.float_result),
-    in_place("copy_", 2, lambda a, b: a.copy_(b), "{0}.copy_({1})", _any, _casts_to_anything),
+    in_place(
+        "copy_", 2, lambda a, b: a.copy_(b), "{0}.copy_({1})", rules.any_meta, _casts_to_anything
+    ),
     in_place("exp_", 1, lambda a: a.exp_(), "{0}.exp_()", fl),
     in_place("tanh_", 1, lambda a: a.tanh_(), "{0}.tanh_()", fl),
     in_place("neg_", 1, lambda a: a.neg_(), "{0}.neg_()", ar),
-    in_place("zero_", 1, lambda a: a.zero_(), "{0}.zero_()", _any),
+    in_place("zero_", 1, lambda a: a.zero_(), "{0}.zero_()", rules.any_meta),
     in_place(
         "clamp_",
         1,
@@ -157,7 +144,12 @@ OPS: list[OpSpec] = [
         params=_bounds,
     ),
     in_place(
-        "fill_", 1, lambda a, *, value: a.fill_(value), "{0}.fill_({value})", _any, params=_value
+        "fill_",
+        1,
+        lambda a, *, value: a.fill_(value),
+        "{0}.fill_({value})",
+        rules.any_meta,
+        params=_value,
     ),
     OpSpec(
         "masked_fill_",

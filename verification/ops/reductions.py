@@ -21,10 +21,6 @@ from verification.ops.spec import OpSpec, Params, TensorMeta
 Accepts = Callable[[TensorMeta], bool]
 
 
-def _same(dtype: torch.dtype) -> torch.dtype:
-    return dtype
-
-
 def _widen_ints(dtype: torch.dtype) -> torch.dtype:
     return dtype if dtype in rules.FLOATS else torch.int64
 
@@ -33,16 +29,8 @@ def _index(dtype: torch.dtype) -> torch.dtype:
     return torch.int64
 
 
-def _to_bool(dtype: torch.dtype) -> torch.dtype:
-    return torch.bool
-
-
 def _dim_keepdim(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries({"dim": rules.dims(len(metas[0].shape)), "keepdim": st.booleans()})
-
-
-def _dim(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({"dim": rules.dims(len(metas[0].shape))})
 
 
 def _with(extra: dict[str, list[Any]]) -> Callable[[Sequence[TensorMeta]], st.SearchStrategy]:
@@ -84,12 +72,27 @@ def reduction(
     return OpSpec(name, 1, infer, expr, run=run, params=drawn)
 
 
+def torch_reduction(
+    name: str, accepts: Accepts, result: Callable[[torch.dtype], torch.dtype]
+) -> OpSpec:
+    """``torch.<name>(a, dim=dim, keepdim=keepdim)`` as a :func:`reduction`."""
+    # Looked up at each call, as a written-out ``torch.<name>`` would be: the simulator may
+    # patch torch's functions after this catalog is built.
+    return reduction(
+        name,
+        lambda a, *, dim, keepdim: getattr(torch, name)(a, dim=dim, keepdim=keepdim),
+        f"torch.{name}({{0}}, dim={{dim}}, keepdim={{keepdim}})",
+        accepts,
+        result,
+    )
+
+
 def along_dim(
     name: str,
     run: Callable[..., torch.Tensor],
     expr: str,
     accepts: Accepts,
-    result: Callable[[torch.dtype], torch.dtype] = _same,
+    result: Callable[[torch.dtype], torch.dtype] = rules.same_dtype,
 ) -> OpSpec:
     """A shape-preserving op along one drawn ``dim`` (scans, softmax)."""
 
@@ -98,7 +101,7 @@ def along_dim(
         ok = accepts(m) and rules.wrap_dim(p.get("dim", -1), len(m.shape)) is not None
         return TensorMeta(m.shape, result(m.dtype)) if ok else None
 
-    return OpSpec(name, 1, infer, expr, run=run, params=_dim)
+    return OpSpec(name, 1, infer, expr, run=run, params=rules.dim_param)
 
 
 def full(
@@ -137,67 +140,21 @@ def _norm_depth(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]
 fl, ar = rules.is_float, rules.is_arith
 
 
-def _anything(m: TensorMeta) -> bool:
-    return True
-
-
 OPS: list[OpSpec] = [
-    reduction(
-        "sum",
-        lambda a, *, dim, keepdim: torch.sum(a, dim=dim, keepdim=keepdim),
-        "torch.sum({0}, dim={dim}, keepdim={keepdim})",
-        _anything,
-        _widen_ints,
-    ),
-    reduction(
-        "mean",
-        lambda a, *, dim, keepdim: torch.mean(a, dim=dim, keepdim=keepdim),
-        "torch.mean({0}, dim={dim}, keepdim={keepdim})",
-        fl,
-        _same,
-    ),
-    reduction(
-        "amax",
-        lambda a, *, dim, keepdim: torch.amax(a, dim=dim, keepdim=keepdim),
-        "torch.amax({0}, dim={dim}, keepdim={keepdim})",
-        ar,
-        _same,
-    ),
-    reduction(
-        "amin",
-        lambda a, *, dim, keepdim: torch.amin(a, dim=dim, keepdim=keepdim),
-        "torch.amin({0}, dim={dim}, keepdim={keepdim})",
-        ar,
-        _same,
-    ),
+    torch_reduction("sum", rules.any_meta, _widen_ints),
+    torch_reduction("mean", fl, rules.same_dtype),
+    torch_reduction("amax", ar, rules.same_dtype),
+    torch_reduction("amin", ar, rules.same_dtype),
     reduction(
         "max_values",
         lambda a, *, dim, keepdim: torch.max(a, dim=dim, keepdim=keepdim).values,
         "torch.max({0}, dim={dim}, keepdim={keepdim}).values",
         ar,
-        _same,
+        rules.same_dtype,
     ),
-    reduction(
-        "argmax",
-        lambda a, *, dim, keepdim: torch.argmax(a, dim=dim, keepdim=keepdim),
-        "torch.argmax({0}, dim={dim}, keepdim={keepdim})",
-        ar,
-        _index,
-    ),
-    reduction(
-        "argmin",
-        lambda a, *, dim, keepdim: torch.argmin(a, dim=dim, keepdim=keepdim),
-        "torch.argmin({0}, dim={dim}, keepdim={keepdim})",
-        ar,
-        _index,
-    ),
-    reduction(
-        "prod",
-        lambda a, *, dim, keepdim: torch.prod(a, dim=dim, keepdim=keepdim),
-        "torch.prod({0}, dim={dim}, keepdim={keepdim})",
-        ar,
-        _widen_ints,
-    ),
+    torch_reduction("argmax", ar, _index),
+    torch_reduction("argmin", ar, _index),
+    torch_reduction("prod", ar, _widen_ints),
     reduction(
         "var",
         lambda a, *, dim, keepdim, correction: torch.var(
@@ -205,7 +162,7 @@ OPS: list[OpSpec] = [
         ),
         "torch.var({0}, dim={dim}, keepdim={keepdim}, correction={correction})",
         fl,
-        _same,
+        rules.same_dtype,
         params=_var_params,
     ),
     reduction(
@@ -215,35 +172,17 @@ OPS: list[OpSpec] = [
         ),
         "torch.linalg.vector_norm({0}, ord={ord}, dim={dim}, keepdim={keepdim})",
         fl,
-        _same,
+        rules.same_dtype,
         extra={"ord": [1, 2, 3]},
     ),
-    reduction(
-        "logsumexp",
-        lambda a, *, dim, keepdim: torch.logsumexp(a, dim=dim, keepdim=keepdim),
-        "torch.logsumexp({0}, dim={dim}, keepdim={keepdim})",
-        fl,
-        _same,
-    ),
-    reduction(
-        "any",
-        lambda a, *, dim, keepdim: torch.any(a, dim=dim, keepdim=keepdim),
-        "torch.any({0}, dim={dim}, keepdim={keepdim})",
-        _anything,
-        _to_bool,
-    ),
-    reduction(
-        "all",
-        lambda a, *, dim, keepdim: torch.all(a, dim=dim, keepdim=keepdim),
-        "torch.all({0}, dim={dim}, keepdim={keepdim})",
-        _anything,
-        _to_bool,
-    ),
+    torch_reduction("logsumexp", fl, rules.same_dtype),
+    torch_reduction("any", rules.any_meta, rules.to_bool),
+    torch_reduction("all", rules.any_meta, rules.to_bool),
     along_dim(
         "cumsum",
         lambda a, *, dim: torch.cumsum(a, dim=dim),
         "torch.cumsum({0}, dim={dim})",
-        _anything,
+        rules.any_meta,
         _widen_ints,
     ),
     along_dim(
@@ -258,9 +197,9 @@ OPS: list[OpSpec] = [
         "torch.log_softmax({0}, dim={dim})",
         fl,
     ),
-    full("sum_all", lambda a: torch.sum(a), "torch.sum({0})", _anything, _widen_ints),
-    full("mean_all", lambda a: torch.mean(a), "torch.mean({0})", fl, _same),
-    full("amax_all", lambda a: torch.amax(a), "torch.amax({0})", ar, _same),
+    full("sum_all", lambda a: torch.sum(a), "torch.sum({0})", rules.any_meta, _widen_ints),
+    full("mean_all", lambda a: torch.mean(a), "torch.mean({0})", fl, rules.same_dtype),
+    full("amax_all", lambda a: torch.amax(a), "torch.amax({0})", ar, rules.same_dtype),
     OpSpec(
         "layer_norm",
         1,

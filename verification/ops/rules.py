@@ -26,6 +26,21 @@ MAX_NUMEL = 4096
 Shape = tuple[int, ...]
 
 
+def any_meta(m: TensorMeta) -> bool:
+    """Accepts every input."""
+    return True
+
+
+def same_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The result dtype is the input's."""
+    return dtype
+
+
+def to_bool(dtype: torch.dtype) -> torch.dtype:
+    """The result is bool whatever the input (comparisons, any/all)."""
+    return torch.bool
+
+
 def is_float(m: TensorMeta) -> bool:
     return m.dtype in FLOATS
 
@@ -103,6 +118,25 @@ def reduced(shape: Shape, dim: int, keepdim: bool) -> Shape | None:
 def dims(ndim: int) -> st.SearchStrategy[int]:
     rank = max(ndim, 1)
     return st.integers(-rank, rank - 1)
+
+
+def dim_param(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
+    """``{"dim": d}`` for any valid dim of the first input."""
+    return st.fixed_dictionaries({"dim": dims(len(metas[0].shape))})
+
+
+def ranked_dim(metas: Sequence[TensorMeta], p: Mapping[str, Any]) -> int | None:
+    """The wrapped ``dim`` param when the first input has at least one dim, else None."""
+    ndim = len(metas[0].shape)
+    return wrap_dim(p.get("dim", -1), ndim) if ndim else None
+
+
+def alpha_param(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
+    """An ``alpha`` of the promoted dtype's kind: integer inputs reject a float alpha."""
+    integral = promote(*metas) not in FLOATS
+    return st.fixed_dictionaries(
+        {"alpha": st.sampled_from([1, 2, -1] if integral else [1.0, 0.5, -2.0])}
+    )
 
 
 def size_at(shape: Shape, dim: int) -> int:

@@ -23,16 +23,6 @@ from verification.ops.spec import OpSpec, Params, TensorMeta
 Strategy = st.SearchStrategy[dict[str, Any]]
 
 
-def _ranked(metas: Sequence[TensorMeta], p: Params) -> int | None:
-    """Wrapped ``dim`` of a tensor with at least one dim, else None."""
-    ndim = len(metas[0].shape)
-    return rules.wrap_dim(p.get("dim", -1), ndim) if ndim else None
-
-
-def _dim(metas: Sequence[TensorMeta]) -> Strategy:
-    return st.fixed_dictionaries({"dim": rules.dims(len(metas[0].shape))})
-
-
 def _splits(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
     return [
         (*shape[:d], f, n // f, *shape[d + 1 :])
@@ -176,7 +166,7 @@ def _narrow_params(metas: Sequence[TensorMeta]) -> Strategy:
 
 def _narrow(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     (m,) = metas
-    d = _ranked(metas, {"dim": p.get("dim", 0)})
+    d = rules.ranked_dim(metas, {"dim": p.get("dim", 0)})
     start, length = p.get("start", 0), p.get("length", 1)
     if d is None or not (0 <= start and 1 <= length and start + length <= m.shape[d]):
         return None
@@ -205,7 +195,7 @@ def _select_params(metas: Sequence[TensorMeta]) -> Strategy:
 
 def _select(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     (m,) = metas
-    d = _ranked(metas, {"dim": p.get("dim", 0)})
+    d = rules.ranked_dim(metas, {"dim": p.get("dim", 0)})
     if d is None or not 0 <= p.get("index", 0) < m.shape[d]:
         return None
     return TensorMeta(m.shape[:d] + m.shape[d + 1 :], m.dtype)
@@ -241,7 +231,7 @@ def _pieces_params(key: str, size_of: Callable[[int, int], int]) -> Callable[...
 def _pieces(key: str, size_of: Callable[[int, int], int]) -> Callable[..., TensorMeta | None]:
     def infer(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
         (m,) = metas
-        d = _ranked(metas, {"dim": p.get("dim", 0)})
+        d = rules.ranked_dim(metas, {"dim": p.get("dim", 0)})
         k = p.get(key, 1)
         if d is None or not 1 <= k:
             return None
@@ -280,7 +270,7 @@ def _same(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
 
 def _cat(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     a, b = metas
-    d = _ranked(metas, p)
+    d = rules.ranked_dim(metas, p)
     if d is None or len(a.shape) != len(b.shape):
         return None
     if any(x != y for i, (x, y) in enumerate(zip(a.shape, b.shape)) if i != d):
@@ -321,7 +311,7 @@ def _roll_params(metas: Sequence[TensorMeta]) -> Strategy:
 
 
 def _roll(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
-    return metas[0] if _ranked(metas, p) is not None else None
+    return metas[0] if rules.ranked_dim(metas, p) is not None else None
 
 
 def _repeat_params(metas: Sequence[TensorMeta]) -> Strategy:
@@ -418,7 +408,7 @@ VIEWS: list[OpSpec] = [
         _squeeze,
         "torch.squeeze({0}, {dim})",
         run=lambda a, *, dim: torch.squeeze(a, dim),
-        params=_dim,
+        params=rules.dim_param,
     ),
     OpSpec(
         "narrow",

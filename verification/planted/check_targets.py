@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from verification.planted.property_targets import _copy, _edited
+from verification.planted.property_targets import _copy, _edited, library_target
 
 
 def _pool_handle_taken_in_enter(lib: ModuleType) -> None:
@@ -151,14 +151,4 @@ def build(variant: str | None = None) -> SimpleNamespace:
     lib = _copy(f"check_{variant or 'clean'}_{next(_BUILT)}")
     for plant in VARIANTS[variant][3] if variant is not None else ():
         plant(lib)
-    return SimpleNamespace(
-        __name__=f"planted-check[{variant or 'clean'}]",
-        BreakableCUDAGraphCapture=lib.BreakableCUDAGraphCapture,
-        eager_break_during_capture=lib.eager_break_during_capture,
-        BreakableGraphRunner=lib.BreakableGraphRunner,
-        BREAK_CONTRACT="returns",
-        RELEASES_BREAK_ARGUMENTS=lib.RELEASES_BREAK_ARGUMENTS,
-        REPRODUCER_IMPORT=(
-            f"from verification.planted.check_targets import build\ntarget = build({variant!r})"
-        ),
-    )
+    return library_target(lib, "check", "check_targets", variant)

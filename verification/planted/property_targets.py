@@ -42,6 +42,25 @@ def _copy(tag: str) -> ModuleType:
     return module
 
 
+def library_target(
+    lib: ModuleType, family: str, module: str, variant: str | None, contract: str = "returns"
+) -> SimpleNamespace:
+    """The target API over the library copy ``lib``, named ``planted-<family>[<variant>]``; its
+    reproducer rebuilds it with ``build(variant)`` of the planted module ``module``."""
+    return SimpleNamespace(
+        __name__=f"planted-{family}[{variant or 'clean'}]",
+        BreakableCUDAGraphCapture=lib.BreakableCUDAGraphCapture,
+        eager_break_during_capture=lib.eager_break_during_capture,
+        BreakableGraphRunner=lib.BreakableGraphRunner,
+        CaptureSet=lib.CaptureSet,
+        BREAK_CONTRACT=contract,
+        RELEASES_BREAK_ARGUMENTS=lib.RELEASES_BREAK_ARGUMENTS,
+        REPRODUCER_IMPORT=(
+            f"from verification.planted.{module} import build\ntarget = build({variant!r})"
+        ),
+    )
+
+
 def _global_active_capture(lib: ModuleType) -> None:
     lib.thread_state._state = SimpleNamespace()  # one slot for the whole process
 
@@ -765,15 +784,6 @@ def build(variant: str | None = None) -> SimpleNamespace:
     if variant is not None and not getattr(lib, "_planted", False):
         plants[variant](lib)
         lib._planted = True
-    return SimpleNamespace(
-        __name__=f"planted-property[{variant or 'clean'}]",
-        BreakableCUDAGraphCapture=lib.BreakableCUDAGraphCapture,
-        eager_break_during_capture=lib.eager_break_during_capture,
-        BreakableGraphRunner=lib.BreakableGraphRunner,
-        CaptureSet=lib.CaptureSet,
-        BREAK_CONTRACT=CONTRACTS.get(variant or "", "returns"),
-        RELEASES_BREAK_ARGUMENTS=lib.RELEASES_BREAK_ARGUMENTS,
-        REPRODUCER_IMPORT=(
-            f"from verification.planted.property_targets import build\ntarget = build({variant!r})"
-        ),
+    return library_target(
+        lib, "property", "property_targets", variant, CONTRACTS.get(variant or "", "returns")
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from verification.planted.property_targets import _copy, _edited
+from verification.planted.property_targets import _copy, _edited, library_target
 
 _RUNNER = "runner"
 
@@ -92,14 +92,4 @@ def build(variant: str) -> SimpleNamespace:
     if not getattr(lib, "_planted", False):
         BUGS[variant][1](lib)
         lib._planted = True
-    return SimpleNamespace(
-        __name__=f"planted-runner[{variant}]",
-        BreakableCUDAGraphCapture=lib.BreakableCUDAGraphCapture,
-        eager_break_during_capture=lib.eager_break_during_capture,
-        BreakableGraphRunner=lib.BreakableGraphRunner,
-        BREAK_CONTRACT="returns",
-        RELEASES_BREAK_ARGUMENTS=lib.RELEASES_BREAK_ARGUMENTS,
-        REPRODUCER_IMPORT=(
-            f"from verification.planted.runner_targets import build\ntarget = build({variant!r})"
-        ),
-    )
+    return library_target(lib, "runner", "runner_targets", variant)

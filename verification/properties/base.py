@@ -169,8 +169,8 @@ VERDICT_ONLY_STOP = "verdict only: the check fails"
 
 class Findings:
     """What one check found so far, each bug once: by kind and symptom, so that a fixed
-    scenario and a drawn program showing the same symptom are one finding (on the H200 a
-    fault at the first capture_begin showed twice otherwise).
+    scenario and a drawn program showing the same symptom are one finding (a fault at the
+    first capture_begin is reached by both).
 
     The check's work comes in units (fixed scenarios, searches), counted as they run. Once a
     failing finding leaves the target unusable, this process takes no more work, since
@@ -372,8 +372,8 @@ def timed(prop: str, run: Callable[[], tuple[int, list[Finding]]]) -> CheckResul
         examples, findings = 0, [error_finding(prop, error)]
     finally:
         gc.unfreeze()
-    # Each bug once, whichever path found it: on the H200 a container scenario and the fault
-    # points at __enter__ reported the same symptom twice through separate paths.
+    # Each bug once, whichever path found it: a container scenario and the fault points at
+    # __enter__ can reach the same symptom through separate paths.
     once: dict[tuple[str, str, str], Finding] = {}
     for finding in findings:
         once.setdefault(finding_key(finding), finding)

@@ -39,7 +39,6 @@ import torch
 from hypothesis import strategies as st
 
 from verification.causes import describe, entry_frame, forwarder
-from verification.contracts import COLLECTOR, collector_frozen
 from verification.execute import collector_paused
 from verification.findings import CALLER_DUTY, TORCH_LIMIT, Finding
 from verification.programs import Program
@@ -54,6 +53,7 @@ from verification.properties.base import (
 )
 from verification.properties.pool import WITNESS
 from verification.properties.runs import ProgramRun
+from verification.targets.contracts import COLLECTOR, collector_frozen
 
 NAME = "faults"
 POOL_LEFT_RECORDING = "already recording to mempool_id"

@@ -2,10 +2,11 @@
 
 One drawn program is captured as a drawn capture set (:mod:`.capture_set`: several batch
 sizes into one pool, replayed in any order, some dropped and captured again), replayed and
-reset ``cycles`` times (10,000 in the thorough GPU run, a few hundred in CI), each cycle on
-fresh static inputs and into a fresh pool, as a server re-capturing would. After the warm-up cycles neither reserved nor allocated memory may grow, the live
-CUDA graph objects must not pile up, and the first cycle's capture and inputs must die: no
-pinned pool, no leaked graph. The first and last cycles' replays must equal eager.
+reset ``cycles`` times (10,000 under the thorough profile, a few hundred in CI), each cycle
+on fresh static inputs and into a fresh pool, as a server re-capturing would. After the
+warm-up cycles neither reserved nor allocated memory may grow, the live CUDA graph objects
+must not pile up, and the first cycle's capture and inputs must die: no pinned pool, no
+leaked graph. The first and last cycles' replays must equal eager.
 """
 
 from __future__ import annotations

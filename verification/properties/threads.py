@@ -29,7 +29,6 @@ import torch
 from hypothesis import strategies as st
 
 from verification.causes import describe
-from verification.contracts import ONE_CAPTURING_THREAD
 from verification.execute import collector_paused
 from verification.findings import CALLER_DUTY, Finding
 from verification.programs import Program, default_ops, make_inputs
@@ -42,6 +41,7 @@ from verification.properties.base import (
     timed,
 )
 from verification.properties.runs import ProgramRun
+from verification.targets.contracts import ONE_CAPTURING_THREAD
 
 NAME = "threads"
 MODES = ("thread_local", "global", "relaxed")

@@ -4,7 +4,7 @@ A target exposes ``BreakableCUDAGraphCapture`` (a capture context manager taking
 with ``add_eager``, ``replay`` and ``current``) and ``eager_break_during_capture`` (the
 break decorator). :func:`load_target` checks those names and raises
 :class:`~verification.errors.UsageError` naming whatever is missing. The target's break
-contract is the one it declares (see :mod:`verification.contracts`) unless overridden. A
+contract is the one it declares (see :mod:`verification.targets.contracts`) unless overridden. A
 target that promises to keep no capture intermediate it was given alive declares
 :data:`RELEASE_DECLARATION`; holding one is then a bug, not memory held. Optional features
 are read where a check needs them: a target exposing :data:`CAPTURE_SET` (a batch-size sweep
@@ -19,8 +19,8 @@ import importlib.metadata
 from dataclasses import dataclass
 from typing import Any
 
-from verification.contracts import Contract, caller_duties, declared_contract, get_contract
 from verification.errors import UsageError
+from verification.targets.contracts import Contract, caller_duties, declared_contract, get_contract
 
 DEFAULT_TARGET = "breakable_cudagraph"
 REQUIRED_CAPTURE_METHODS = ("add_eager", "replay", "current")

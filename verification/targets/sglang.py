@@ -15,9 +15,8 @@ contract. Without SGLang, importing this raises :class:`~verification.errors.Usa
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -58,18 +57,7 @@ def _register_stand_ins(runtime: Any) -> None:
         stand("cuda.bindings", runtime=runtime)
 
 
-def _load() -> tuple[Any, str | None, str]:
-    root, origin = upstream.package_root(
-        "sglang", f"{RELATIVE}/breakable_cuda_graph.py", "verification.targets.sglang"
-    )
-    version = upstream.package_version(root, "sglang", "_version.py")
-    if origin == "installed" and torch.cuda.is_available():
-        before = set(sys.modules)
-        try:
-            return importlib.import_module(MODULE), version, "imported whole"
-        except ImportError:
-            for name in set(sys.modules) - before:
-                del sys.modules[name]
+def _from_files(root: Path) -> Any:
     runtime = upstream.CudaRuntime()
     _register_stand_ins(runtime)
     folder = root / "sglang" / RELATIVE
@@ -77,10 +65,16 @@ def _load() -> tuple[Any, str | None, str]:
     module = upstream.load_file(MODULE, folder / "breakable_cuda_graph.py")
     # The capture-status query, answered by the simulator while it runs.
     cuda_utils.rt = module.rt = runtime
-    return module, version, origin
+    return module
 
 
-_sglang, __version__, ORIGIN = _load()
+_sglang, __version__, ORIGIN = upstream.load_engine_module(
+    "sglang",
+    f"{RELATIVE}/breakable_cuda_graph.py",
+    "verification.targets.sglang",
+    MODULE,
+    _from_files,
+)
 eager_break_during_capture = _sglang.eager_on_graph
 
 

@@ -1,5 +1,6 @@
-"""Loads one module of an upstream engine (vLLM, SGLang) unchanged, from an installed package or
-from a source checkout, with stand-ins for only the package imports it needs.
+"""Loads the upstream code an adapter target wraps: one module of an engine (vLLM, SGLang)
+unchanged, from an installed package or from a source checkout, with stand-ins for only the
+package imports it needs; or a PyPI package whose capture is wrapped by :class:`WrappedCapture`.
 
 Where the engine cannot be imported whole (a CPU-only machine: no compiled extension, no
 ``cuda.bindings``, the package's other dependencies not installed), the module's file is executed
@@ -14,14 +15,17 @@ from __future__ import annotations
 
 import argparse
 import enum
+import importlib
 import importlib.metadata
 import importlib.util
 import os
 import re
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
-from typing import Any
+from types import ModuleType, TracebackType
+from typing import Any, ClassVar
 
 import torch
 
@@ -91,6 +95,93 @@ def package_version(root: Path, package: str, version_file: str) -> str | None:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def load_engine_module(
+    package: str, relative: str, target: str, module: str, from_files: Callable[[Path], Any]
+) -> tuple[Any, str | None, str]:
+    """``module`` of ``package`` (whose file ``relative`` must exist), its version and origin.
+
+    An installed package on a machine with CUDA is imported whole; where that fails (a
+    dependency missing) or elsewhere, ``from_files(root)`` executes upstream's files under
+    stand-ins. A failed whole import leaves no half-imported module behind for the second way.
+    """
+    root, origin = package_root(package, relative, target)
+    version = package_version(root, package, "_version.py")
+    if origin == "installed" and torch.cuda.is_available():
+        before = set(sys.modules)
+        try:
+            return importlib.import_module(module), version, "imported whole"
+        except ImportError:
+            for name in set(sys.modules) - before:
+                del sys.modules[name]
+    return from_files(root), version, origin
+
+
+def require_package(module: str, target: str, install: str) -> ModuleType:
+    """The PyPI package ``module`` an adapter wraps; missing, a one-line usage error."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        raise UsageError(f"target {target} needs the package: {install}") from error
+
+
+class WrappedCapture:
+    """vLLM's capture names over a package's capture context: a subclass makes the package's
+    objects in ``__init__`` (its signature is what the harness inspects for options), sets
+    ``_replayable`` (the object that replays and resets) and ``_eager`` (the package's break
+    decorator), and opens the package's context in :meth:`_open`.
+
+    The record of the open capture is per thread and per adapter class, as the packages keep
+    theirs (a context variable): the adapter adds no state that threads share.
+    """
+
+    _eager: ClassVar[Callable[[Callable[..., Any]], Callable[..., Any]]]
+    _replayable: Any
+    _open_captures: ClassVar[threading.local]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._open_captures = threading.local()
+
+    def _open(self) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def _stack(cls) -> list[WrappedCapture]:
+        return cls._open_captures.__dict__.setdefault("stack", [])
+
+    @classmethod
+    def current(cls) -> WrappedCapture | None:
+        stack = cls._stack()
+        return stack[-1] if stack else None
+
+    def __enter__(self) -> WrappedCapture:
+        context = self._open()
+        context.__enter__()
+        self._context = context
+        self._stack().append(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self._stack().remove(self)
+        context, self._context = self._context, None
+        return bool(context.__exit__(exc_type, exc, tb))
+
+    def add_eager(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Runs ``fn`` now as an eager break and again at every replay."""
+        return type(self)._eager(fn)(*args, **kwargs)
+
+    def replay(self) -> None:
+        self._replayable.replay()
+
+    def reset(self) -> None:
+        self._replayable.reset()
 
 
 def stand_in(name: str, **attributes: Any) -> ModuleType:

@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import enum
 import functools
-import importlib
 import logging
-import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -89,21 +88,14 @@ def _register_stand_ins() -> None:
     )
 
 
-def _load() -> tuple[Any, str | None, str]:
-    root, origin = upstream.package_root("vllm", RELATIVE, "verification.targets.vllm")
-    version = upstream.package_version(root, "vllm", "_version.py")
-    if origin == "installed" and torch.cuda.is_available():
-        before = set(sys.modules)
-        try:
-            return importlib.import_module(MODULE), version, "imported whole"
-        except ImportError:
-            for name in set(sys.modules) - before:
-                del sys.modules[name]
+def _from_files(root: Path) -> Any:
     _register_stand_ins()
-    return upstream.load_file(MODULE, root / "vllm" / RELATIVE), version, origin
+    return upstream.load_file(MODULE, root / "vllm" / RELATIVE)
 
 
-_vllm, __version__, ORIGIN = _load()
+_vllm, __version__, ORIGIN = upstream.load_engine_module(
+    "vllm", RELATIVE, "verification.targets.vllm", MODULE, _from_files
+)
 eager_break_during_capture = _vllm.eager_break_during_capture
 
 

@@ -108,13 +108,10 @@ class Coverage:
 
 
 def command_line(
-    specs: Sequence[str],
-    config: CampaignConfig,
-    target: Target,
-    kind: str,
-    contract_examples: int = CONTRACT_EXAMPLES,
+    specs: Sequence[str], config: CampaignConfig, contract_examples: int = CONTRACT_EXAMPLES
 ) -> str:
     """The ``fuzz-op`` command that reruns this campaign (and so reproduces its finding)."""
+    target, kind = config.target, config.kind
     return (
         f"python -m verification fuzz-op {' '.join(shlex.quote(s) for s in specs)} "
         f"--target {target.name} --contract {target.contract.name} --device {kind} "
@@ -128,21 +125,23 @@ def op_campaign(
     base: CampaignConfig,
     specs: Sequence[str],
     users: Sequence[UserOp],
-    target: Target,
-    kind: str,
     contract_examples: int = CONTRACT_EXAMPLES,
 ) -> tuple[CampaignConfig, Coverage]:
-    """``base`` (its sizes and budget) with programs that call ``users``, and the coverage
-    counter that sees each program; ``specs`` are the refs the reproducer's command names."""
+    """``base`` (its target, kind, sizes and budget) with programs that call ``users``, and
+    the coverage counter that sees each program; ``specs`` are the refs the reproducer's
+    command names."""
     coverage = Coverage(users)
     config = dataclasses.replace(
         base,
         ops=op_catalog(users),
         strategy=op_programs(
-            users, max_ops=base.max_ops, max_breaks=base.max_breaks, contract=target.contract
+            users,
+            max_ops=base.max_ops,
+            max_breaks=base.max_breaks,
+            contract=base.target.contract,
         ),
         observe=coverage.observe,
-        command_line=command_line(specs, base, target, kind, contract_examples),
+        command_line=command_line(specs, base, contract_examples),
     )
     return config, coverage
 
@@ -261,11 +260,7 @@ def name_arguments(finding: Finding, users: Sequence[UserOp]) -> Finding:
 
 
 def settle_findings(
-    result: CampaignResult,
-    config: CampaignConfig,
-    users: Sequence[UserOp],
-    target: Target,
-    kind: str,
+    result: CampaignResult, config: CampaignConfig, users: Sequence[UserOp]
 ) -> None:
     """Names outputs by the spec's arguments and blames the user's op for what is its fault
     (an ``op-bug``, never a target bug), then renders the reproducers again to match."""
@@ -276,7 +271,7 @@ def settle_findings(
         finding = name_arguments(finding, users)
         names = {op.name for u in users for op in (u.direct, u.nested)}
         calls = [s.op for s in finding.program.steps if s.op in names] if finding.program else []
-        reason = op_fault(finding, users, target, kind, config.replays)
+        reason = op_fault(finding, users, config.target, config.kind, config.replays)
         if reason is None and finding.kind == OP_CONTRACT and calls:
             reason = "the op broke the contract the target is judged by"
         if reason is not None:
@@ -289,7 +284,7 @@ def settle_findings(
     result.findings[:] = settled
     result.reproducers.clear()
     result.reproducer_paths.clear()
-    report_findings(result, config, target)
+    report_findings(result, config)
 
 
 def recheck_violation(

@@ -20,7 +20,6 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.contracts import Contract
 from verification.ops.kernels import has_kernel
 from verification.ops.spec import OpSpec, Params, TensorMeta
 from verification.programs import (
@@ -32,6 +31,7 @@ from verification.programs import (
     programs,
     with_drops,
 )
+from verification.targets.contracts import Contract
 from verification.userops.spec import (
     Binding,
     BreakOpSpec,

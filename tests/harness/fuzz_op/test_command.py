@@ -63,7 +63,7 @@ def test_campaign_finds_host_lengths_cached_per_buffer_and_reproducer_fails(bcg_
     ref = "tests.faulty_ops:FROZEN_BY_ADDRESS"
     target = load_target("breakable_cudagraph")
     base = CampaignConfig(target, bcg_kind, max_ops=4, max_breaks=2, report_dir=tmp_path)
-    config, coverage = op_campaign(base, [ref], load_user_ops([ref]), target, bcg_kind)
+    config, coverage = op_campaign(base, [ref], load_user_ops([ref]))
     result = run_campaign(config)
     assert result.findings, coverage.lines()
     text = result.reproducers[0]

@@ -1,5 +1,5 @@
-"""Issues 8 and 22: the example break ops pass 1000 examples of ``fuzz-op`` each, with the op
-in every program, and the correct ops using each spec feature of issue 22 pass 200 here (on the
+"""The example break ops pass 1000 examples of ``fuzz-op`` each, with the op in every
+program, and the correct ops using each spec feature of real engine ops pass 200 here (on the
 simulator; their 1000-example runs are in results/fuzz_op_sim.md, the GPU runs in
 results/gpu/). Each takes minutes on two cores: long."""
 

@@ -1,4 +1,4 @@
-"""Issue 22: the spec vocabulary of real engine ops (masked writes, inout buffers, dim
+"""The spec vocabulary of real engine ops (masked writes, inout buffers, dim
 expression bounds, unique indices, sentinels), each part's planted fault named for that part,
 the declared-writes check for every dtype, the campaign finding state kept across calls, and
 every malformed spec one line and exit 2."""
@@ -124,7 +124,7 @@ def _campaign(ref: str, kind: str, report: Path | None = None, examples: int = 3
     base = CampaignConfig(
         target, kind, examples=examples, max_ops=4, max_breaks=2, report_dir=report
     )
-    config, _ = op_campaign(base, [ref], load_user_ops([ref]), target, kind)
+    config, _ = op_campaign(base, [ref], load_user_ops([ref]))
     return run_campaign(config)
 
 

@@ -13,15 +13,15 @@ import torch
 from hypothesis import settings
 
 from tests.property_checks import CI_CYCLES
-from verification.certify.property_check import run_properties
-from verification.contracts import COLLECTOR, ONE_CAPTURING_THREAD, get_contract
 from verification.findings import CALLER_DUTY
 from verification.planted.property_targets import build as planted
 from verification.planted.vllm_minimal import build as minimal
 from verification.properties.base import CheckConfig
 from verification.properties.faults import collector_problem
+from verification.properties.processes import run_properties
 from verification.properties.threads import _bug
 from verification.targets import load_target
+from verification.targets.contracts import COLLECTOR, ONE_CAPTURING_THREAD, get_contract
 
 
 def _redeclared(target: Any, **declarations: Any) -> SimpleNamespace:

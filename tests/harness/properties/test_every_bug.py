@@ -1,4 +1,4 @@
-"""Every bug, once (issue 21): each check keeps searching after a finding and reports each bug
+"""Every bug, once: each check keeps searching after a finding and reports each bug
 once; faults at the calls a capture makes once are found; every container a model passes keeps
 its type at replay."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from verification.certify.property_check import run_properties
 from verification.planted.check_targets import VARIANTS, build
+from verification.properties.processes import run_properties
 from verification.targets import load_target
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -124,13 +124,12 @@ def test_a_forked_check_that_dies_is_a_crash_finding_naming_the_signal(monkeypat
     import dataclasses
     import signal
 
-    from verification.certify import property_check
-    from verification.properties import PROPERTIES
+    from verification.properties import PROPERTIES, processes
 
     def dies(config):
         os.kill(os.getpid(), signal.SIGKILL)
 
     monkeypatch.setitem(PROPERTIES, "nested", dataclasses.replace(PROPERTIES["nested"], check=dies))
-    (result,) = property_check.run_forked(["nested"], load_target("breakable_cudagraph"), "sim", 1)
+    (result,) = processes.run_forked(["nested"], load_target("breakable_cudagraph"), "sim", 1)
     (finding,) = result.findings
     assert "died by signal SIGKILL" in finding.message and finding.fails

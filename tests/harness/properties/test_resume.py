@@ -3,10 +3,10 @@ the check, and a fresh process goes on from the next unit of work, knowing what 
 
 from __future__ import annotations
 
-from verification.certify.property_check import merge
 from verification.findings import SKIPPED
 from verification.properties import base
 from verification.properties.base import CheckConfig, CheckResult, Findings, Resume, finding_key
+from verification.properties.processes import merge
 
 
 def _demo(config: CheckConfig, ran: list[str], spent: dict[str, bool]) -> Findings:

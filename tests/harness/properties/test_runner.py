@@ -13,11 +13,11 @@ from hypothesis import settings
 
 from tests.program_metas import value_metas
 from tests.property_checks import CI_CYCLES, check, failing
-from verification.certify.property_check import run_properties
 from verification.findings import Finding
 from verification.planted import runner_targets
 from verification.planted.property_targets import BUGS
 from verification.properties.base import property_finding
+from verification.properties.processes import run_properties
 from verification.properties.runner import FIXED_PROGRAMS, OPS
 from verification.targets import load_target
 
@@ -77,7 +77,7 @@ def test_target_without_a_runner_is_not_applicable_and_not_failed(bcg_kind):
     assert not result.failed and not result.findings and result.examples == 0
 
 
-# Issue 25: each runner of verification/planted/runner_targets.py and what the finding must say.
+# Each planted runner of verification/planted/runner_targets.py and what the finding must say.
 EAGER_SEMANTICS_BUGS = {
     "runner_no_write_back": "graphs on, call 'first': the caller's t0 afterwards",
     "runner_warmup_write_twice": "graphs on, call 'first': the caller's t0 afterwards",

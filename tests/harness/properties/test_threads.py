@@ -4,12 +4,12 @@ checker finds a process-global active capture and another thread's add_eager rec
 from __future__ import annotations
 
 from tests.property_checks import check, failing
-from verification.certify.property_check import run_properties
 from verification.devices import device_context
 from verification.planted.property_targets import build
 from verification.planted.vllm_minimal import build as minimal
 from verification.properties.base import CheckConfig
 from verification.properties.pool import WITNESS
+from verification.properties.processes import run_properties
 from verification.properties.threads import MODES, _others_during_capture, modes_of
 from verification.targets import load_target
 

@@ -1,5 +1,5 @@
 """The property checks of :mod:`verification.properties`, run in this process or one child per
-property: what ``check`` runs and certify's ``properties`` check.
+property: what ``check`` runs, and certify's ``properties`` check under it.
 
 Each check runs in a process of its own: a new interpreter on a GPU (:func:`run_in_child`), a
 fork of this one on the simulator (:func:`run_forked`), so that no check sees another's
@@ -18,17 +18,14 @@ import multiprocessing
 import sys
 import tempfile
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from verification.certify.run import CertifyRun, CheckResult
-from verification.certify.schedule import cores
 from verification.devices import device_context
 from verification.findings import SKIPPED, TARGET_BUG
-from verification.isolation import run_child, signal_name
+from verification.isolation import cores, run_child, signal_name
 from verification.ops.spec import TensorMeta
 from verification.programs import Program, Step
 from verification.properties import PROPERTIES
@@ -268,71 +265,3 @@ def _crash_result(name: str, status: int, err: str) -> PropertyResult:
     said = f"; its last line on stderr: {last[0][:300]}" if last else ""
     message = f"crash: the check's process {what}{said}"
     return PropertyResult(name, 0, 0.0, [property_finding(name, TARGET_BUG, message)])
-
-
-# Under a time budget the example counts are caps that time, not they, should reach.
-BUDGETED_EXAMPLES = 100_000
-
-
-def certify_budget(run: CertifyRun) -> tuple[int, int]:
-    """Examples and repetition cycles per property under certify's settings."""
-    if run.schedule.property_s is not None:
-        examples = BUDGETED_EXAMPLES
-    else:
-        examples = max(5, (run.config.examples or 25) // 10)
-    # The issue's 10,000 cycles are for the GPU, whose caching allocator absorbs a small leak
-    # for a while; the simulator's allocator shows any per-cycle leak in 1,000.
-    long_run = (run.config.examples or 0) >= 2000 and run.schedule.property_s is None
-    cycles = (10_000 if run.device == "cuda" else 1_000) if long_run else DEFAULT_CYCLES
-    return examples, cycles
-
-
-def _child_argv(run: CertifyRun, name: str, examples: int, cycles: int) -> list[str]:
-    argv = ["check", name, "--target", run.target.name, "--device", "cuda"]
-    argv += ["--examples", str(examples), "--cycles", str(cycles)]
-    argv += ["--seed", str(run.config.seed)]
-    if run.schedule.property_s is not None:
-        argv += ["--budget", f"{run.schedule.property_s:.1f}"]
-    if run.config.contract:
-        argv += ["--contract", str(run.config.contract)]
-    return argv
-
-
-def certify_properties(run: CertifyRun) -> list[CheckResult]:
-    """Every property as one row of certify's table each (``verification.certify.checks``),
-    ``run.schedule.jobs`` at a time, each in a process of its own so that no check sees
-    another's leftovers."""
-    chosen = list(PROPERTIES)
-    examples, cycles = certify_budget(run)
-    seconds = run.schedule.property_s
-    # A target that is a module of its name is imported by a child, so that a crash ends the
-    # child, not certify; one built in this process runs here.
-    by_name = sys.modules.get(run.target.name) is run.target.module
-    if run.device == "cuda" and by_name:
-        with ThreadPoolExecutor(max_workers=run.schedule.jobs) as pool:
-            argvs = [_child_argv(run, name, examples, cycles) for name in chosen]
-            results = list(pool.map(run_in_child, chosen, argvs))
-    elif run.device == "sim":
-        results = run_forked(
-            chosen, run.target, run.device, examples, run.config.seed, cycles,
-            run.schedule.jobs, seconds=seconds,
-        )  # fmt: skip
-    else:
-        results = run_properties(
-            "all", run.target, run.device, examples, run.config.seed, cycles, seconds=seconds
-        )
-    rows = []
-    for result in results:
-        run.progress(result.examples)
-        rows.append(
-            CheckResult(
-                result.prop,
-                result.examples,
-                result.elapsed_s,
-                list(result.findings),
-                cycles=cycles if result.prop in CYCLING_PROPERTIES else None,
-                not_applicable=result.not_applicable,
-                budget_s=seconds,
-            )
-        )
-    return rows
