@@ -41,6 +41,24 @@ def _into_buffer(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     return metas[1] if rules.is_arith(metas[0]) else None
 
 
+def _selected_into(name: str, select: str) -> OpSpec:
+    """A break that writes the data-dependent selection ``select`` of ``x`` (as many elements
+    as fit) into ``out``, zeros after it: the shape of the selection is known only eagerly."""
+    source = f"""
+@eager_break_during_capture
+def {name}(x, out):
+    picked = {select}
+    flat = torch.zeros(out.numel(), dtype=out.dtype, device=out.device)
+    n = min(picked.numel(), flat.numel())
+    flat[:n] = picked[:n].to(out.dtype)
+    out.copy_(flat.view(out.shape))
+    return out
+"""
+    return break_op(
+        name, 2, _into_buffer, source, f"{name}({{0}}, {{1}})", mutates=(1,), aliasing="out"
+    )
+
+
 def _ranks(metas: Sequence[TensorMeta], p: Params) -> TensorMeta | None:
     return TensorMeta(metas[0].shape, torch.int64) if rules.is_arith(metas[0]) else None
 
@@ -110,42 +128,8 @@ def normalize_(x):
         mutates=(0,),
         aliasing="inplace",
     ),
-    break_op(
-        "nonzero_into",
-        2,
-        _into_buffer,
-        """
-@eager_break_during_capture
-def nonzero_into(x, out):
-    found = torch.nonzero(x.reshape(-1) > 0).reshape(-1)
-    flat = torch.zeros(out.numel(), dtype=out.dtype, device=out.device)
-    n = min(found.numel(), flat.numel())
-    flat[:n] = found[:n].to(out.dtype)
-    out.copy_(flat.view(out.shape))
-    return out
-""",
-        "nonzero_into({0}, {1})",
-        mutates=(1,),
-        aliasing="out",
-    ),
-    break_op(
-        "masked_select_into",
-        2,
-        _into_buffer,
-        """
-@eager_break_during_capture
-def masked_select_into(x, out):
-    picked = torch.masked_select(x, x > 0)
-    flat = torch.zeros(out.numel(), dtype=out.dtype, device=out.device)
-    n = min(picked.numel(), flat.numel())
-    flat[:n] = picked[:n].to(out.dtype)
-    out.copy_(flat.view(out.shape))
-    return out
-""",
-        "masked_select_into({0}, {1})",
-        mutates=(1,),
-        aliasing="out",
-    ),
+    _selected_into("nonzero_into", "torch.nonzero(x.reshape(-1) > 0).reshape(-1)"),
+    _selected_into("masked_select_into", "torch.masked_select(x, x > 0)"),
     break_op(
         "clear_negatives_",
         1,
