@@ -70,6 +70,25 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
     mutant)
       # The GPU-only survivors of results/mutation, applied by hand to scratch copies.
       step mutants 500 env OUT="$out" bash bench/gpu_mutants.sh ;;
+    fuzz1000)
+      # Engine-shaped programs by default: no target-bug finding on the library, the minimal
+      # vLLM target, or a correct target whose breaks return nothing (judged by out-buffer).
+      step fuzz1000_library 200 python3 -m verification fuzz --device cuda --examples 1000 -q
+      step fuzz1000_vllm_minimal 200 python3 -m verification fuzz --device cuda --examples 1000 -q --target verification.planted.vllm_minimal
+      mkdir -p /tmp/planted
+      printf 'from verification.planted.targets import build\nglobals().update({k: v for k, v in vars(build(None)).items() if k != "__name__"})\n' >/tmp/planted/planted_clean.py
+      step fuzz1000_clean 200 env PYTHONPATH="$PYTHONPATH:/tmp/planted" python3 -m verification fuzz --device cuda --examples 1000 -q --target planted_clean --contract out-buffer ;;
+    fp8) step fuzzop_fp8_1000 150 python3 -m verification fuzz-op tests.faulty_ops:FLOAT8_QUANT --device cuda --examples 1000 --seed 1 ;;
+    upstream)
+      # The module files a target loads travel in .upstream/ (vLLM's wheel is too big to carry).
+      for t in vllm sglang piecewise_cuda_graphs; do
+        step "certify_$t" 150 python3 -m verification certify --target "verification.targets.$t" --target-path .upstream --device cuda --no-sensitivity --out "$out/upstream-$t"
+      done ;;
+    sweep) step capture_sweep 400 python3 -m bench.capture_sweep --layers 8 32 --out "$out/capture_sweep" ;;
+    memory)
+      step memory_accounting 200 env OUT="$out" python3 -m bench.probes.memory_accounting
+      step graph_exec_memory 60 python3 -m bench.probes.graph_exec_memory --out "$out/graph_exec_memory"
+      step idioms_and_memory 200 python3 -m pytest -q -p no:cacheprovider --bcg-device=cuda tests/sim/test_model_idioms.py tests/sim/test_memory_accounting.py ;;
     bench)
       step bench 150 python3 -m bench --device cuda --out "$out/bench"
       step replay_probe 60 python3 -m bench.replay_probe ;;
