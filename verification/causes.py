@@ -219,6 +219,14 @@ CAUSE_WORDS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]],
         ),
         lambda match: _calls_words(match["called"], match["expected"]),
     ),
+    # A stream left capturing, as the faults check finds it or as another check trips over it.
+    (
+        re.compile(
+            r"^[^\n]*?(?:the caller's stream is still capturing|left the caller's stream "
+            r"capturing|the stream the capture ran on is still capturing)[^\n]*"
+        ),
+        "a capture leaves a stream capturing",
+    ),
     # The threads check's scenarios, each of which may first see it: another thread is shown
     # the capture this thread has open.
     (

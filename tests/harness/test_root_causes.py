@@ -3,6 +3,9 @@ however many checks reach it, and never merged with another bug of the same exce
 
 from __future__ import annotations
 
+import contextlib
+
+import pytest
 import torch
 
 from verification.causes import describe, raised_by_harness, raised_in, target_frame
@@ -205,3 +208,29 @@ def test_a_target_calling_a_break_with_arguments_it_does_not_take_is_the_targets
         assert target_frame(error).function == "replay_with_keywords_flattened"
     else:
         raise AssertionError("the bad call did not raise")
+
+
+# Simulator only: on a GPU the graph whose capture the sync invalidated may abort the process
+# when freed, which would take the test worker with it.
+@pytest.mark.sim
+def test_a_check_tripping_over_a_stream_left_capturing_blames_the_target(bcg_kind):
+    # The checker's own CUDA call fails while a stream it never left capturing still is: a
+    # capture of the target's left it so, and the finding says that, not "the harness broke".
+    from verification.properties.base import error_finding
+    from verification.properties.runs import settle
+
+    with device_context(bcg_kind):
+        side = torch.cuda.Stream()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(side):
+            graph.capture_begin()
+            try:
+                settle(bcg_kind)  # synchronizes: illegal while capturing
+            except RuntimeError as error:
+                found = error_finding("threads", error)
+            else:
+                raise AssertionError("a sync during a capture did not raise")
+            with contextlib.suppress(RuntimeError):
+                graph.capture_end()
+    assert found.kind == TARGET_BUG and "left the caller's stream capturing" in found.message
+    assert error_finding("threads", RuntimeError("x")).kind == TARGET_BUG  # raised here

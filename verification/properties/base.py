@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from hypothesis import strategies as st
 
 from verification.causes import describe, raised_by_harness
@@ -351,8 +352,24 @@ class Findings:
 def error_finding(prop: str, error: Exception) -> Finding:
     """An exception that escaped a check's code: a ``harness-error`` when the harness's own
     code raised it, else a ``target-bug``."""
+    if raised_by_harness(error) and _left_capturing():
+        # The checker's own CUDA call failed because a stream it did not leave capturing still
+        # is: only the target's capture could have left it so.
+        return property_finding(
+            prop,
+            TARGET_BUG,
+            "the check could not go on: a capture left the caller's stream capturing, and "
+            f"the check's next CUDA call raised {describe(error)}",
+        )
     kind = HARNESS_ERROR if raised_by_harness(error) else TARGET_BUG
     return property_finding(prop, kind, f"the check raised {describe(error)}")
+
+
+def _left_capturing() -> bool:
+    try:
+        return bool(torch.cuda.is_current_stream_capturing())
+    except Exception:  # no device to ask
+        return False
 
 
 def timed(prop: str, run: Callable[[], tuple[int, list[Finding]]]) -> CheckResult:
