@@ -34,6 +34,7 @@ KNOWN: dict[str, list[tuple[str, str, str]]] = {
         ("properties", "memory-held", "keeps alive"),
         # V3 reached after an illegal call: the failed capture stays the thread's open one.
         ("properties", "target-bug", "Nested BreakableCUDAGraphCapture is not supported"),
+        ("properties", "target-bug", "after a capture_begin torch refused"),  # V3 the same way
         ("properties", "torch-limit", ""),
     ],
     "sglang": [
@@ -46,6 +47,9 @@ KNOWN: dict[str, list[tuple[str, str, str]]] = {
         ("properties", "torch-limit", ""),
         ("properties", "target-bug", "after a fault at capture-begin #0"),  # S4
         ("properties", "target-bug", "after a fault at pool-handle #0"),  # S4, the same __enter__
+        ("properties", "target-bug", "after a capture_begin torch refused"),  # S4 the same way
+        # S4's kind on the way out: a capture an illegal call broke stays active after __exit__.
+        ("properties", "target-bug", "the target is unusable: a capture is left active"),
         ("properties", "skipped", "target unusable"),
         # S2 as the fuzzer and the checks see it: the break handed a tuple at replay.
         ("properties", "target-bug", "reached it at replay as tuple, not as namedtuple"),

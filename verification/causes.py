@@ -191,8 +191,9 @@ CAUSE_WORDS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]],
     # The faults check: a fault at capture-begin and one at the pool handle that went through
     # the same function of the target and left the same state are one missing cleanup.
     (re.compile(r"a fault at [\w-]+ #\d+(?: \([\w.]+\))?"), "a fault"),
-    # A capture that refused to close after a break's error was caught is a fault at exit.
-    (re.compile(r"a capture refused to close"), "a fault"),
+    # A capture that refused to close after a break's error was caught is a fault at exit, and
+    # a capture_begin torch refused (a pool left recording) a fault at capture-begin.
+    (re.compile(r"a capture refused to close|a capture_begin torch refused"), "a fault"),
     # The nested check: a target that does not refuse a nested capture lets it through (or
     # leaves torch to refuse it) wherever the nested capture is opened.
     (

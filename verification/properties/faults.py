@@ -359,6 +359,11 @@ def _faulted_then_recovered(
         if point != "illegal-call" or POOL_LEFT_RECORDING not in str(error):
             return f"the next capture into the same pool after {where} raised {describe(error)}"
         _generator_left_capturing(config.device)  # the refused capture_begin may leave it
+        left = _left_active(target)
+        if left is not None:  # torch's refusal is a fault at capture-begin the target kept
+            through = entry_frame(error)
+            at = "" if through is None else f" [through {through}]"
+            return f"after a capture_begin torch refused{at}: {left}"
         if limits is not None:
             who = (
                 "the simulator, as torch 2.11 on the H200,"
