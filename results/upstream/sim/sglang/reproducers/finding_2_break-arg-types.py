@@ -1,6 +1,6 @@
 """Reproducer for a break-arg-types finding (target-bug) in target verification.targets.sglang (sim).
 
-[target-bug] break-arg-types (replay 0): break step 0 (shrink_pair_): a namedtuple Group given to a break reached it at replay as tuple, not as namedtuple Group
+[target-bug] break-arg-types (replay 0): break step 0 (shrink_pair_): namedtuple Group given to a break reached it at replay as tuple, not as namedtuple Group
 Fuzzer command: python -m verification fuzz --target verification.targets.sglang --device sim --seed 0 --examples 5000 --max-ops 12 --max-breaks 4 --replays 3
 Exits non-zero while the bug is present.
 """
