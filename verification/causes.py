@@ -223,8 +223,8 @@ CAUSE_WORDS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]],
     # A stream left capturing, as the faults check finds it or as another check trips over it.
     (
         re.compile(
-            r"^[^\n]*?(?:the caller's stream is still capturing|left the caller's stream "
-            r"capturing|the stream the capture ran on is still capturing)[^\n]*"
+            r"^[^\n]*?(?:the caller's stream is (?:still|left) capturing|left the caller's "
+            r"stream capturing|the stream the capture ran on is still capturing)[^\n]*"
         ),
         "a capture leaves a stream capturing",
     ),

@@ -228,12 +228,24 @@ class Findings:
             if why is not None:
                 self._stop(why)
 
+    def _left_by_earlier(self, left: str) -> None:
+        """An earlier example or scenario that reported nothing left ``left`` behind: a bug
+        of the target's that would otherwise go unreported (the state is only seen here)."""
+        self.add(
+            property_finding(
+                self.prop,
+                TARGET_BUG,
+                f"an example of this check that found nothing left this behind: {left}",
+            )
+        )
+
     def step(self, make: Callable[[], Finding | None]) -> None:
         """Runs one fixed unit of work that makes its finding itself, and records it."""
         if not self._runs_next():
             return
         left = left_over(self.config.target)
         if left is not None:
+            self._left_by_earlier(left)
             self.unit -= 1  # this unit did not run: the fresh process runs it
             self._stop(left)
             return
@@ -283,6 +295,7 @@ class Findings:
             # such an example cannot be judged, and the finding keeps its unshrunk example.
             left = left_over(self.config.target)
             if left is not None and not shrinking[0]:
+                self._left_by_earlier(left)
                 raise _Spent(left, already + calls[0])
             if left is not None:
                 return None
