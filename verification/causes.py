@@ -99,26 +99,29 @@ def _frames(error: BaseException) -> list[tuple[Path, int, str]]:
     return frames
 
 
-def target_frame(error: BaseException) -> Frame | None:
-    """The innermost frame ``error`` passed in the code under test, or None when it passed
-    none (the checker's own code raised it, or torch's alone)."""
-    found = None
+def _frames_under_test(error: BaseException) -> list[Frame]:
+    """The frames ``error`` passed in the code under test, outermost first."""
+    frames = []
     for path, line, function in _frames(error):
         # "<break op ...>": an op's source the harness compiled, the program's, not the target's.
         generated = path.name.startswith("<") and path.name != "<stdin>"
         if not _passes_on(path) and not _in_harness(path) and not generated:
-            found = Frame(_shown(path), line, function)
-    return found
+            frames.append(Frame(_shown(path), line, function))
+    return frames
+
+
+def target_frame(error: BaseException) -> Frame | None:
+    """The innermost frame ``error`` passed in the code under test, or None when it passed
+    none (the checker's own code raised it, or torch's alone)."""
+    frames = _frames_under_test(error)
+    return frames[-1] if frames else None
 
 
 def entry_frame(error: BaseException) -> Frame | None:
     """The outermost frame ``error`` passed in the code under test: the entry point the caller
     called (``__enter__``, ``__exit__``, ``replay``), where cleanup after a failure belongs."""
-    for path, line, function in _frames(error):
-        generated = path.name.startswith("<") and path.name != "<stdin>"
-        if not _passes_on(path) and not _in_harness(path) and not generated:
-            return Frame(_shown(path), line, function)
-    return None
+    frames = _frames_under_test(error)
+    return frames[0] if frames else None
 
 
 def raised_by_harness(error: BaseException) -> bool:

@@ -215,6 +215,12 @@ class BreakLog:
         self._last, self._named = -1, None
         return entries
 
+    def clear(self) -> None:
+        """Forgets every call recorded so far (a warm-up's, or a replay's that raised)."""
+        self.take()
+        self.take_aliased()
+        self.take_structures()
+
     def take_structures(self) -> list[tuple[int, Structure]]:
         structures, self.structures = self.structures, []
         return structures
@@ -374,9 +380,7 @@ class CapturedProgram:
         with torch.cuda.stream(side):
             seed_rng(rng_seed, device)
             run_steps(program, table, callables, self.static_inputs, host=self.host)
-            self.log.take()
-            self.log.take_aliased()
-            self.log.take_structures()
+            self.log.clear()  # the warm-up's calls
             self.capture = target.BreakableCUDAGraphCapture()
             seed_rng(rng_seed, device)
             with collector_paused(), self.capture:

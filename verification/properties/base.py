@@ -365,7 +365,7 @@ class Findings:
 def error_finding(prop: str, error: Exception) -> Finding:
     """An exception that escaped a check's code: a ``harness-error`` when the harness's own
     code raised it, else a ``target-bug``."""
-    if raised_by_harness(error) and _left_capturing():
+    if raised_by_harness(error) and _caller_stream_capturing():
         # The checker's own CUDA call failed because a stream it did not leave capturing still
         # is: only the target's capture could have left it so.
         return property_finding(
@@ -378,7 +378,7 @@ def error_finding(prop: str, error: Exception) -> Finding:
     return property_finding(prop, kind, f"the check raised {describe(error)}")
 
 
-def _left_capturing() -> bool:
+def _caller_stream_capturing() -> bool:
     try:
         return bool(torch.cuda.is_current_stream_capturing())
     except Exception:  # no device to ask

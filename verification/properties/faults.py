@@ -185,6 +185,13 @@ class Injector:
                     delattr(capture_class, name)
 
 
+def _through(error: BaseException) -> str:
+    """`` [through path:line, in fn]``: the target's entry point ``error`` came out of, where
+    its cleanup belongs, which tells one missing cleanup from another; "" if none."""
+    frame = entry_frame(error)
+    return "" if frame is None else f" [through {frame}]"
+
+
 def _left_capturing(streams: list[torch.cuda.Stream]) -> str | None:
     """Whether a stream a capture ran on is still capturing: a target that skipped ending the
     graph leaves it so, and the caller's next work there is recorded instead of run."""
@@ -330,11 +337,7 @@ def _faulted_then_recovered(
         return f"{where} was swallowed: no exception came out"
     if point != "illegal-call" and not isinstance(propagated, InjectedFault):
         return f"{where} came out as {describe(propagated)} instead of the injected exception"
-    through = entry_frame(propagated)
-    if through is not None:
-        # The entry point the fault came out of is where its cleanup belongs: it tells one
-        # missing cleanup from another.
-        where += f" [through {through}]"
+    where += _through(propagated)
     left = (
         _left_active(target)
         or _left_capturing(streams)
@@ -361,9 +364,7 @@ def _faulted_then_recovered(
         _generator_left_capturing(config.device)  # the refused capture_begin may leave it
         left = _left_active(target)
         if left is not None:  # torch's refusal is a fault at capture-begin the target kept
-            through = entry_frame(error)
-            at = "" if through is None else f" [through {through}]"
-            return f"after a capture_begin torch refused{at}: {left}"
+            return f"after a capture_begin torch refused{_through(error)}: {left}"
         if limits is not None:
             who = (
                 "the simulator, as torch 2.11 on the H200,"
@@ -478,9 +479,7 @@ def caught_break_problem(config: CheckConfig) -> str | None:
         left = _left_active(target)  # refused to close: what the check prefers
         if left is None:
             return None
-        through = entry_frame(error)
-        where = "" if through is None else f" [through {through}]"
-        return f"after a capture refused to close{where}: {left}"
+        return f"after a capture refused to close{_through(error)}: {left}"
     finally:
         torch.cuda.current_stream().wait_stream(side)
     left = _left_active(target)

@@ -142,8 +142,7 @@ class ProgramRun:
             with torch.cuda.stream(runner):
                 self._seed(seed)
                 run_steps(program, self.table, self.callables, self.static_inputs)
-                self.log.take()
-                self.log.take_structures()
+                self.log.clear()  # the warm-up's calls
                 if given is not None:
                     given.wait_stream(runner)
                 with around:
@@ -181,8 +180,7 @@ class ProgramRun:
         expected = run_eager(self.program, self.table, fresh, replay_seed, self.kind)
         for static, value in zip(self.static_inputs, fresh):
             static.copy_(value)
-        self.log.take()  # calls of an earlier replay that raised midway
-        self.log.take_structures()
+        self.log.clear()  # calls of an earlier replay that raised midway
         self._seed(replay_seed)
         try:
             left = self.problem or self.replay()
@@ -264,9 +262,4 @@ def pool_of(tensor: torch.Tensor) -> tuple[int, int] | None:
 
 def in_graph_pool(tensor: torch.Tensor) -> bool:
     """Whether ``tensor``'s memory lies in a graph pool (it was made inside a capture)."""
-    address = tensor.untyped_storage().data_ptr()
-    return any(
-        segment["address"] <= address < segment["address"] + segment["total_size"]
-        for segment in torch.cuda.memory_snapshot()
-        if tuple(segment.get("segment_pool_id") or DEFAULT_POOL) != DEFAULT_POOL
-    )
+    return pool_of(tensor) is not None
