@@ -89,6 +89,16 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       step memory_accounting 200 env OUT="$out" python3 -m bench.probes.memory_accounting
       step graph_exec_memory 60 python3 -m bench.probes.graph_exec_memory --out "$out/graph_exec_memory"
       step idioms_and_memory 200 python3 -m pytest -q -p no:cacheprovider --bcg-device=cuda tests/sim/test_model_idioms.py tests/sim/test_memory_accounting.py ;;
+    dedup) step graph_exec_update 120 python3 -m bench.probes.graph_exec_update --out "$out/graph_exec_update" ;;
+    bisect)
+      # Each planted model of tests/harness/bisect by the command a user runs, then the tests.
+      for m in frozen_host_value attention_not_a_break break_caches_a_tensor host_branch rebound_input host_read_not_a_break stream_race; do
+        step "bisect_$m" 60 python3 -m verification bisect "tests.harness.bisect.planted_models:$m" --device cuda --steps 3
+      done
+      step bisect_correct_20 60 python3 -m verification bisect tests.harness.bisect.planted_models:correct --device cuda --steps 20
+      step bisect_llama_20 120 python3 -m verification bisect tests.harness.bisect.llama_model:llama --device cuda --steps 20
+      step bisect_example 60 python3 -m verification bisect examples.bisect_transformer:transformer --device cuda
+      step bisect_tests 200 python3 -m pytest -q -p no:cacheprovider -n 8 --bcg-device=cuda -rfE tests/harness/bisect tests/library/test_capture_set.py tests/harness/properties/test_capture_sets.py ;;
     bench)
       step bench 150 python3 -m bench --device cuda --out "$out/bench"
       step replay_probe 60 python3 -m bench.replay_probe ;;

@@ -40,15 +40,19 @@ def _segment(weights: dict[str, torch.Tensor], x: torch.Tensor, res: torch.Tenso
 
 
 def _kernel_functions(graph_handle: int, cudart) -> tuple[int, ...]:
+    from cuda.bindings import driver
+
     graph = cudart.cudaGraph_t(init_value=graph_handle)
-    _, _, count = cudart.cudaGraphGetNodes(graph, None, 0)
-    _, nodes, count = cudart.cudaGraphGetNodes(graph, None, count)
+    _, _, count = cudart.cudaGraphGetNodes(graph, 0)
+    _, nodes, count = cudart.cudaGraphGetNodes(graph, count)
     funcs = []
     for node in nodes:
         _, kind = cudart.cudaGraphNodeGetType(node)
         if kind == cudart.cudaGraphNodeType.cudaGraphNodeTypeKernel:
             _, params = cudart.cudaGraphKernelNodeGetParams(node)
-            funcs.append(int(params.func))
+            if params is None:  # a kernel launched through the driver API (cuBLAS's)
+                _, params = driver.cuGraphKernelNodeGetParams(driver.CUgraphNode(int(node)))
+            funcs.append(int(params.func) if params is not None else 0)
         else:
             funcs.append(-int(kind))
     return tuple(funcs)

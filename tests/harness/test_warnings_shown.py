@@ -27,3 +27,21 @@ def test_the_harness_own_expected_warnings_are_dropped_and_others_say_whose(caps
         "warning from the target (/srv/engine/attention_break.py:12): UserWarning: deprecated knob",
         f"warning from the harness ({harness_file}:12): UserWarning: something odd",
     ]
+
+
+def test_a_warning_the_target_logs_is_one_line_saying_whose_and_a_repeat_is_not_shown(
+    capsys, monkeypatch
+):
+    import logging
+
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    errors.hide_expected_warnings()
+    peer = logging.getLogger("breakable_cuda_graphs")
+    for _ in range(3):
+        peer.warning("CUDA graph cleanup failed: %s", "a previous error during capture")
+    peer.info("not a warning")
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "warning from the target (logger breakable_cuda_graphs): WARNING: CUDA graph cleanup "
+        "failed: a previous error during capture (shown once)"
+    ]
