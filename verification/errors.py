@@ -9,6 +9,7 @@ whose it is (:func:`hide_expected_warnings`).
 
 from __future__ import annotations
 
+import logging
 import re
 import signal
 import sys
@@ -95,9 +96,40 @@ def _show(
     )
 
 
+class _LoggedWarnings(logging.Handler):
+    """Warnings a target logs (``logger.warning``, not ``warnings.warn``): one line each that
+    says whose it is, a message repeated in this process shown once. A target that logs each
+    graph it fails to free would otherwise print a line per capture the harness broke."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._shown: set[tuple[str, str]] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # a target's bad format string must not end the run
+            text = str(record.msg)
+        first = text.splitlines()[0] if text else ""
+        if (record.name, first) in self._shown:
+            return
+        self._shown.add((record.name, first))
+        whose = "the harness" if record.name.split(".")[0] == "verification" else "the target"
+        print(
+            f"warning from {whose} (logger {record.name}): {record.levelname}: {first} "
+            "(shown once)",
+            file=sys.stderr,
+        )
+
+
 def hide_expected_warnings() -> None:
     """In a command's process (and its workers): the harness's expected warnings are dropped,
-    and every other warning prints as one line that says whose code raised it."""
+    and every other warning, raised or logged, prints as one line that says whose code
+    raised it."""
     for message in EXPECTED_WARNINGS:
         warnings.filterwarnings("ignore", message=re.escape(message))
     warnings.showwarning = _show
+    root = logging.getLogger()
+    # Only where nobody configured logging: a target's own handlers keep their say.
+    if not root.handlers:
+        root.addHandler(_LoggedWarnings())
