@@ -383,7 +383,10 @@ def _child(column: str, shape: Shape, kind: str, timeout: float) -> dict[str, An
 
 def _cell(runs: list[dict[str, Any]], pick: Callable[[dict[str, Any]], float], fmt: str) -> str:
     values = [pick(run) for run in runs if "error" not in run]
-    return " / ".join(format(value, fmt) for value in values) or "failed"
+    text = " / ".join(format(value, fmt) for value in values) or "failed"
+    if len(values) > 2:  # several rounds: the figure to compare columns by
+        text += f" (median {format(statistics.median(values), '.3f' if fmt == 'd' else fmt)})"
+    return text
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -488,6 +491,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, nargs="+", help="one run per layer count (default 8)")
     p.add_argument("--replays", type=int, default=50, help="synced replays timed per batch")
     p.add_argument(
+        "--rounds", type=int, default=1, help="times each column runs in both orders (default 1)"
+    )
+    p.add_argument(
         "--out",
         type=Path,
         help="results folder (default $OUT, else results/<device>/capture_sweep)",
@@ -515,8 +521,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.column is not None:
             _run_child(args)
             return 0
-        if any(layers < 1 for layers in args.layers or ()) or args.replays < 1:
-            raise UsageError("--layers and --replays must be at least 1")
+        if any(layers < 1 for layers in args.layers or ()) or min(args.replays, args.rounds) < 1:
+            raise UsageError("--layers, --replays and --rounds must be at least 1")
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -540,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     for layers in args.layers or [base.layers]:
         shape = replace(base, layers=layers)
         columns: dict[str, list[dict[str, Any]]] = {c: [] for c in COLUMNS}
-        for order in (COLUMNS, COLUMNS[::-1]):
+        for order in (COLUMNS, COLUMNS[::-1]) * args.rounds:
             for column in order:
                 row = _child(column, shape, kind, args.timeout)
                 columns[column].append(row)
