@@ -146,3 +146,13 @@ def test_an_empty_tensor_takes_no_block_eagerly_or_in_a_capture(bcg_device):
     graph.replay()
     assert nothing.numel() == 0 and torch.equal(something, torch.full_like(x, 2))
     del empty, moved
+
+
+def test_a_capture_begin_refused_on_the_default_stream_allocates_nothing(bcg_device):
+    gc.collect()  # no graph of an earlier test may still hold the generator's memory
+    before = torch.cuda.memory_allocated()
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="non-default stream"):
+        graph.capture_begin()
+    assert torch.cuda.memory_allocated() == before  # the H200's figure: 0 bytes more
+    del graph

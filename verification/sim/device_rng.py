@@ -31,17 +31,22 @@ class DeviceRNG:
         self.manual_seed(DEFAULT_SEED)
         self.capturing = False
         # Graphs that began a capture and still live, and the device seed and offset torch
-        # keeps for them: two 1-element int64 tensors (a 512-byte block each) allocated
-        # eagerly when the first graph registers and freed when the last one is destroyed.
+        # keeps for them: two 1-element int64 tensors (a 512-byte block each) allocated by
+        # the first capture's prologue (a capture_begin refused on the default stream, after
+        # registering, allocates nothing on the H200) and freed when the last graph is destroyed.
         self._graphs: set[int] = set()
         self._extragraph: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def register_graph(self, graph_id: int) -> None:
-        if not self._graphs:
+        self._graphs.add(graph_id)
+
+    def capture_prologue(self) -> None:
+        """A capture begins: the generators' device seed and offset exist from now on."""
+        if self._extragraph is None and self._graphs:
             self._extragraph = tuple(  # type: ignore[assignment]
                 torch.empty(1, dtype=torch.int64, device="cuda") for _ in range(2)
             )
-        self._graphs.add(graph_id)
+        self.capturing = True
 
     def unregister_graph(self, graph_id: int) -> None:
         self._graphs.discard(graph_id)

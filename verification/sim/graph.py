@@ -57,7 +57,7 @@ class CUDAGraph:
             self._session = weakref.ref(session)
         if stream == session.default_stream:
             raise RuntimeError(cuda_errors.DEFAULT_STREAM)
-        session.rng.capturing = True  # the generators' capture prologue comes first
+        session.rng.capture_prologue()  # the generators' capture prologue comes first
         with session.lock:
             capture_pool = session.allocator.capture_pool(pool)
             if capture_pool.still_recording:
