@@ -89,6 +89,13 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       step memory_accounting 200 env OUT="$out" python3 -m bench.probes.memory_accounting
       step graph_exec_memory 60 python3 -m bench.probes.graph_exec_memory --out "$out/graph_exec_memory"
       step idioms_and_memory 200 python3 -m pytest -q -p no:cacheprovider --bcg-device=cuda tests/sim/test_model_idioms.py tests/sim/test_memory_accounting.py ;;
+    certify_time)
+      # The default certify as a new user runs it (evidence measured, then cached) and without
+      # the evidence, each timed to its verdict.
+      step certify_fresh 150 env BCG_CACHE_DIR=/tmp/bcg-cache python3 -m verification certify --device cuda --out "$out/certify-fresh"
+      step certify_cached 150 env BCG_CACHE_DIR=/tmp/bcg-cache python3 -m verification certify --device cuda --out "$out/certify-cached"
+      step certify_no_sensitivity 150 python3 -m verification certify --device cuda --no-sensitivity --out "$out/certify-no-sensitivity" ;;
+    sweep_rounds) step capture_sweep_rounds 450 python3 -m bench.capture_sweep --layers 8 --rounds 3 --out "$out/capture_sweep_rounds" ;;
     dedup) step graph_exec_update 120 python3 -m bench.probes.graph_exec_update --out "$out/graph_exec_update" ;;
     bisect)
       # Each planted model of tests/harness/bisect by the command a user runs, then the tests.
