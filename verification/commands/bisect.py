@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 
 from verification.bisect import Tolerance, bisect
-from verification.commands.options import add_device, add_quiet, at_least
+from verification.commands.options import add_device, add_quiet, at_least, resolve_run
 from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK, UsageError
 from verification.targets import DEFAULT_TARGET
 from verification.targets.upstream import add_target_path
@@ -67,10 +67,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             print(f"  {line}", flush=True)
 
     try:
+        run = resolve_run(args)
         result = bisect(
             args.model,
-            target=args.target,
-            device=args.device,
+            target=run.target,
+            kind=run.kind,
             steps=args.steps,
             tol=Tolerance(args.rtol, args.atol),
             say=say,

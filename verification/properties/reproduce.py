@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verification.devices import device_context, resolve_device
+from verification.devices import device_context, resolve_kind
 from verification.findings import Finding
 from verification.programs import Program
 from verification.properties import standalone
@@ -74,7 +74,7 @@ def reproduce(
 ) -> int:
     from verification.properties import PROPERTIES
 
-    kind = resolve_device(device)
+    kind = resolve_kind(device)
     loaded = load_target(target, contract)
     with device_context(kind) as torch_device:
         config = CheckConfig(loaded, kind, torch_device, 1, seed, cycles)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from verification.devices import device_context, resolve_device
+from verification.devices import DeviceKind, device_context, resolve_kind
 from verification.errors import UsageError
 from verification.execute import (
     BreakLog,
@@ -147,7 +147,7 @@ def op_campaign(
 
 
 def _ideal_replay_mismatch(
-    program: Program, table: dict, seed: int, replays: int, device: str, kind: str
+    program: Program, table: dict, seed: int, replays: int, device: str, kind: DeviceKind
 ) -> str | None:
     """Replays ``program`` as a perfect capture would, by running it eagerly again on the
     static buffers with the same break callables (so the same op module state), and
@@ -180,7 +180,7 @@ def _raised_in_op(
     seed: int,
     replays: int,
     device: str,
-    kind: str,
+    kind: DeviceKind,
     files: set[Path],
 ) -> str | None:
     """Captures and replays ``program`` again; an exception whose innermost frame (torch
@@ -291,7 +291,7 @@ def recheck_violation(
     ref: str,
     part: str,
     case: Case | None,
-    kind: str,
+    kind: DeviceKind,
     target: str = DEFAULT_TARGET,
     contract: str | None = None,
 ) -> Finding | None:
@@ -301,7 +301,7 @@ def recheck_violation(
     if case is None:
         found = _return_under(user, load_target(target, contract))
         return next((v for v in found if v.violation == part), None)
-    with device_context(resolve_device(kind)) as device:
+    with device_context(resolve_kind(kind)) as device:
         return recheck(user.loaded, part, case, device)
 
 
@@ -365,7 +365,7 @@ def _return_under(user: UserOp, target: Target) -> list[Finding]:
 
 
 def contract_violations(
-    users: Sequence[UserOp], target: Target, kind: str, examples: int, seed: int
+    users: Sequence[UserOp], target: Target, kind: DeviceKind, examples: int, seed: int
 ) -> dict[str, list[Finding]]:
     """Each op's broken contract parts: the checks of :mod:`verification.userops.contract`."""
     with device_context(kind) as device:
