@@ -2,12 +2,13 @@
 
 :func:`add_common` adds the campaign options (target, device, contract, budget, sizes) and
 :func:`at_least` parses their counts; :func:`resolve_run` turns the target and device options
-into a :class:`Run`, the one value below which no name is resolved again; :func:`writable_dir` checks a directory argument
-before a run starts, so a bad ``--out`` or ``--report`` is a one-line usage error, not a
-failure after minutes of work, and :func:`remove_new_outputs` takes away what a failed or
-interrupted command created there; :func:`campaign_config` turns the options into the one
-configuration a command passes down, with the target it loaded once; :func:`print_finding`
-is the one way a command prints a finding with its reproducer.
+into a :class:`Run`, the one value below which no name is resolved again; :func:`writable_dir`
+checks a directory argument before a run starts, so a bad ``--out`` or ``--report`` is a
+one-line usage error, not a failure after minutes of work, and :func:`remove_new_outputs`
+takes away what a failed or interrupted command created there; :func:`campaign_config` turns
+the options into the one configuration a command passes down, on the target and device kind
+of its run; :func:`print_finding` is the one way a command prints a finding with its
+reproducer.
 """
 
 from __future__ import annotations
