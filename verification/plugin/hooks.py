@@ -48,7 +48,7 @@ class _State:
     shard: Shard
     profile: str | None
     asked: bool  # an option, BCG_* variable or ini key of the plugin was given
-    # The device choice resolved on first use: "auto" must not touch CUDA needlessly.
+    # The device choice resolved, once: "auto" on first use, as it must not touch CUDA needlessly.
     kind: DeviceKind | None = None
     header_shown: bool = False
     database: Any = None  # BCG_HYPOTHESIS_DB's hypothesis ExampleDatabase, checked at configure
@@ -132,23 +132,26 @@ def _device_choice(config: pytest.Config) -> tuple[str, str]:
         return "auto", ""
     if choice not in DEVICE_CHOICES:
         raise pytest.UsageError(f"{source}={choice}: must be one of {', '.join(DEVICE_CHOICES)}")
-    if choice == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise pytest.UsageError(
-                f"{source}=cuda: torch sees no GPU here; use {source}=sim for the simulator"
-            )
     return choice, source
+
+
+def _resolve(device_choice: str, source: str) -> DeviceKind:
+    """The kind that runs for a valid ``device_choice``, which fails only as cuda on a host
+    without a GPU: said in the words of the option or variable that asked for it."""
+    from verification.devices import resolve_kind
+
+    try:
+        return resolve_kind(device_choice)
+    except UsageError:
+        raise pytest.UsageError(
+            f"{source}=cuda: torch sees no GPU here; use {source}=sim for the simulator"
+        ) from None
 
 
 def _kind(config: pytest.Config) -> DeviceKind:
     state = config.stash[_STATE]
     if state.kind is None:
-        from verification.devices import resolve_kind
-
-        option = state.device_choice_from or "device"
-        state.kind = _usage(resolve_kind, state.device_choice, option=option)
+        state.kind = _resolve(state.device_choice, state.device_choice_from)
     return state.kind
 
 
@@ -176,6 +179,9 @@ def pytest_configure(config: pytest.Config) -> None:
     target = config.getoption("bcg_target")
     shard = config.getoption("bcg_shard")
     device_choice, device_choice_from = _device_choice(config)
+    # A device asked for is resolved at once, so that a missing GPU is the first error;
+    # auto waits for its first use.
+    kind = None if device_choice == "auto" else _resolve(device_choice, device_choice_from)
     state = _State(
         device_choice=device_choice,
         device_choice_from=device_choice_from,
@@ -189,6 +195,7 @@ def pytest_configure(config: pytest.Config) -> None:
             or config.getini("bcg_gpu_per_worker")
             or os.environ.get("BCG_HYPOTHESIS_DB")
         ),
+        kind=kind,
     )
     state.asked = state.asked or state.profile is not None
     config.stash[_STATE] = state
@@ -206,7 +213,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from verification.targets import load_target
 
         _usage(load_target, state.target, option=f"--bcg-target={target}")
-    if state.device_choice != "auto" or config.getini("bcg_gpu_per_worker"):
+    if config.getini("bcg_gpu_per_worker"):
         _kind(config)
 
 
