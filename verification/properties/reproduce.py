@@ -72,6 +72,9 @@ def reproduce(
     contract: str | None = None,
     cycles: int = 100,
 ) -> int:
+    """Checks ``prop`` again on one program: what a property reproducer calls, a process of
+    its own handed names, which it resolves here, once. ``device`` is the device choice, by
+    the keyword that reproducers already written pass it."""
     from verification.properties import PROPERTIES
 
     kind = resolve_kind(device)

@@ -291,17 +291,18 @@ def recheck_violation(
     ref: str,
     part: str,
     case: Case | None,
-    kind: DeviceKind,
+    device_choice: str,
     target: str = DEFAULT_TARGET,
     contract: str | None = None,
 ) -> Finding | None:
     """Checks one contract part of the op ``ref`` again: on the drawn ``case`` it broke on,
-    or (no case) against the target's contract. A contract reproducer calls this."""
+    or (no case) against the target's contract. A contract reproducer calls this: a process
+    of its own, handed names, which it resolves here, once."""
     user = user_op(load_spec(ref))
     if case is None:
         found = _return_under(user, load_target(target, contract))
         return next((v for v in found if v.violation == part), None)
-    with device_context(resolve_kind(kind)) as device:
+    with device_context(resolve_kind(device_choice)) as device:
         return recheck(user.loaded, part, case, device)
 
 
