@@ -69,8 +69,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     try:
         # The target first: of a bad target and a missing GPU, bisect names the target.
-        target = load_target(args.target)
-        run = Run(target, resolve_kind(args.device_choice))
+        run = Run(load_target(args.target), resolve_kind(args.device_choice))
         result = bisect(
             args.model,
             target=run.target,
