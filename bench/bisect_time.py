@@ -24,7 +24,7 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from verification.bisect import bisect
-from verification.devices import device_context, resolve_device
+from verification.devices import device_context, resolve_kind
 from verification.planted.targets import build
 from verification.targets import DEFAULT_TARGET, load_target
 
@@ -89,18 +89,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    kind = resolve_device(args.device)
+    kind = resolve_kind(args.device)
     rows = []
     for ref, bug in MODELS:
-        target = load_target(build(bug)) if bug else DEFAULT_TARGET
+        target = load_target(build(bug) if bug else DEFAULT_TARGET)
         plain, full = [], []
         plain_comparison(ref, kind, args.steps)  # untimed: first-use costs of either side
-        bisect(ref, target=target, device=kind, steps=args.steps)
+        bisect(ref, kind, target=target, steps=args.steps)
         for _ in range(args.rounds):
             seconds, differed = _cpu(lambda r=ref: plain_comparison(r, kind, args.steps))
             plain.append(seconds)
             seconds, result = _cpu(
-                lambda r=ref, t=target: bisect(r, target=t, device=kind, steps=args.steps)
+                lambda r=ref, t=target: bisect(r, kind, target=t, steps=args.steps)
             )
             full.append(seconds)
         answer = result.finding.line() if result.finding else "no divergence"

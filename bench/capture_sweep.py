@@ -54,7 +54,7 @@ if str(ROOT) not in sys.path:  # run as a script: bench/ is first on the path, n
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from verification.devices import device_context, resolve_device  # noqa: E402
+from verification.devices import device_context, resolve_kind  # noqa: E402
 from verification.errors import UsageError  # noqa: E402
 
 COLUMNS = ("capture_set", "minimal", "full_graph")
@@ -528,7 +528,7 @@ def _run_child(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        kind = resolve_device(args.device)
+        kind = resolve_kind(args.device)
         if args.column is not None:
             _run_child(args)
             return 0

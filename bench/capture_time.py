@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from verification.devices import device_context, resolve_device
+from verification.devices import device_context, resolve_kind
 from verification.errors import UsageError
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
@@ -112,7 +112,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     try:
-        kind = resolve_device(args.device)
+        kind = resolve_kind(args.device)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

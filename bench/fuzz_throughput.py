@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from verification.devices import device_context, resolve_device
+from verification.devices import device_context, resolve_kind
 from verification.execute import CapturedProgram, run_eager
 from verification.fuzz import CampaignConfig, run_campaign
 from verification.oracle import check_program
@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--target", default="breakable_cudagraph")
     parser.add_argument("--shapes", action="store_true")
     args = parser.parse_args()
-    kind = resolve_device(args.device)
+    kind = resolve_kind(args.device)
     if args.shapes:
         compare_shapes(args.target, kind, args.programs)
         return

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from verification.devices import device_context, resolve_device
+from verification.devices import device_context, resolve_kind
 from verification.ops.spec import TensorMeta
 from verification.programs import Program, Step
 from verification.properties import repetition
@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--cycles", type=int, default=1000)
     args = parser.parse_args()
-    kind = resolve_device(args.device)
+    kind = resolve_kind(args.device)
     with device_context(kind) as device:
         config = CheckConfig(load_target("breakable_cudagraph"), kind, device, 1)
         config.cycles = 10

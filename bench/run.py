@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from bench import micro, report, side_stream, targets, transformer
-from verification.devices import device_context, resolve_device
+from verification.devices import device_context, resolve_kind
 from verification.errors import UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, key, value)
     try:
         _check(args)
-        kind = resolve_device(args.device)
+        kind = resolve_kind(args.device)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -42,9 +42,9 @@ SPEC = BreakOpSpec(
 
 
 def main() -> None:
-    from verification.devices import device_context, resolve_device
+    from verification.devices import device_context, resolve_kind
 
-    with device_context(resolve_device("auto")) as device:
+    with device_context(resolve_kind("auto")) as device:
         x = torch.randn(16, generator=torch.Generator().manual_seed(0)).to(device)
         out = torch.empty_like(x)
         count = torch.zeros(1, dtype=torch.int64, device=device)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 import breakable_cudagraph as bcg
-from verification.devices import device_context, resolve_device
+from verification.devices import device_context, resolve_kind
 
 
 @bcg.eager_break_during_capture
@@ -19,7 +19,7 @@ def scale_by_max(x: torch.Tensor, out: torch.Tensor) -> None:
 
 
 def main() -> int:
-    with device_context(resolve_device("auto")) as device:
+    with device_context(resolve_kind("auto")) as device:
         x = torch.randn(64, 64, device=device)  # static input: copy new values into it
         y = torch.empty_like(x)  # static buffer the break writes
 

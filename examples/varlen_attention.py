@@ -61,9 +61,9 @@ SPEC = BreakOpSpec(
 
 
 def main() -> None:
-    from verification.devices import device_context, resolve_device
+    from verification.devices import device_context, resolve_kind
 
-    with device_context(resolve_device("auto")) as device:
+    with device_context(resolve_kind("auto")) as device:
         g = torch.Generator().manual_seed(0)
         q, k, v = (torch.randn(2, 8, 4, generator=g).to(device) for _ in range(3))
         lengths = torch.tensor([3, 8], device=device)

@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if from_command_line:  # this process is the command's own
             catch_ctrl_c()
             hide_expected_warnings()
-            if getattr(args, "device", None) == "sim":
+            if getattr(args, "device_choice", None) == "sim":
                 hide_gpu()  # a simulator run never touches a real GPU
         use_target_path(args)
         return COMMANDS[args.command][1](args, argv)

@@ -1,38 +1,48 @@
-"""Resolves the user's device choice (``auto``, ``cuda``, ``sim``) to what will actually run.
+"""Resolves the user's device choice (``auto``, ``cuda``, ``sim``) to the kind of machine that
+will actually run, and opens it.
 
-``auto`` picks ``cuda`` when torch sees a GPU, else ``sim``. Asking for ``cuda`` on a
-machine without one is a usage error (:class:`UsageError`), never a silent fallback.
-:func:`device_context` then opens the resolved device: the GPU as is, or the simulator.
+Three things are kept apart by name: the *device choice* is the user's string, the
+:data:`DeviceKind` is what runs (a real GPU or the simulator), and a *device* is the torch
+device that tensors are allocated on. :func:`resolve_kind` turns a choice into a kind, once,
+where the user gave it: ``auto`` picks ``cuda`` when torch sees a GPU, else ``sim``; asking
+for ``cuda`` on a machine without one is a usage error (:class:`UsageError`), never a silent
+fallback. :func:`device_context` then opens the kind and yields the device.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Literal
 
 from verification.errors import UsageError
 
+# What runs: a real GPU, or the CUDA simulator standing in for one.
+DeviceKind = Literal["cuda", "sim"]
 DEVICE_CHOICES = ("auto", "cuda", "sim")
-# What tests allocate on for each resolved kind: the simulator's device tensors are
-# ``cuda`` tensors too, so code written for a GPU runs unchanged on it.
-TORCH_DEVICE = {"cuda": "cuda", "sim": "cuda"}
+# What tests allocate on for each kind: the simulator's device tensors are ``cuda`` tensors
+# too, so code written for a GPU runs unchanged on it.
+TORCH_DEVICE: dict[DeviceKind, str] = {"cuda": "cuda", "sim": "cuda"}
 
 
-def resolve_device(choice: str) -> str:
-    if choice not in DEVICE_CHOICES:
-        raise UsageError(f"unknown device {choice!r}; choose one of {', '.join(DEVICE_CHOICES)}")
-    if choice == "sim":
+def resolve_kind(device_choice: str) -> DeviceKind:
+    """The kind that runs for the user's ``device_choice`` (one of :data:`DEVICE_CHOICES`)."""
+    if device_choice not in DEVICE_CHOICES:
+        raise UsageError(
+            f"unknown device {device_choice!r}; choose one of {', '.join(DEVICE_CHOICES)}"
+        )
+    if device_choice == "sim":
         return "sim"  # without asking CUDA anything: see hide_gpu
     # Imported here, not at the top: the pytest plugin imports this module in every host
     # project, and torch costs seconds there.
     import torch
 
     has_gpu = torch.cuda.is_available()
-    if choice == "auto":
+    if device_choice == "auto":
         return "cuda" if has_gpu else "sim"
-    if choice == "cuda" and not has_gpu:
+    if not has_gpu:
         raise UsageError("--device cuda was asked for but torch sees no GPU; use --device sim")
-    return choice
+    return "cuda"
 
 
 def hide_gpu() -> None:
@@ -52,8 +62,8 @@ def hide_gpu() -> None:
 
 
 @contextlib.contextmanager
-def device_context(kind: str, strict_warmup: bool = True) -> Iterator[str]:
-    """Yields the torch device to allocate on for a resolved ``kind``; ``sim`` holds the
+def device_context(kind: DeviceKind, strict_warmup: bool = True) -> Iterator[str]:
+    """Yields the torch device to allocate on for ``kind``; ``sim`` holds the
     simulator open for the block (its device tensors are ``cuda`` tensors too), with the
     first-kernel-use rule on unless ``strict_warmup`` is False."""
     if kind == "cuda":

@@ -23,7 +23,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.database import ExampleDatabase
 
-from verification.devices import device_context, resolve_device
+from verification.devices import DeviceKind, device_context, resolve_kind
 from verification.exampledb import shared_database
 from verification.findings import HARNESS_ERROR, TARGET_BUG, Finding
 from verification.isolation import run_child, signal_name
@@ -36,15 +36,16 @@ from verification.targets import Target, load_target
 from verification.usable import unusable
 
 
-def _default_kind() -> str:
-    return resolve_device("auto")
+def _default_kind() -> DeviceKind:
+    """The kind a campaign built in code runs on when it names none: ``auto``'s."""
+    return resolve_kind("auto")
 
 
 @dataclass
 class CampaignConfig:
     """What to fuzz, where and how hard: the ``target`` its front end loaded (its contract
     resolved, :func:`~verification.targets.load_target`) on the device ``kind`` it resolved
-    (``sim`` or ``cuda``, :func:`~verification.devices.resolve_device`). Nothing below takes
+    (``sim`` or ``cuda``, :func:`~verification.devices.resolve_kind`). Nothing below takes
     a target's name or a device choice. ``examples=None`` takes the loaded hypothesis
     profile's.
 
@@ -53,7 +54,7 @@ class CampaignConfig:
     """
 
     target: Target = field(default_factory=load_target)
-    kind: str = field(default_factory=_default_kind)
+    kind: DeviceKind = field(default_factory=_default_kind)
     examples: int | None = None
     seed: int = 0
     max_ops: int = 8
@@ -101,7 +102,7 @@ class CampaignConfig:
 @dataclass
 class CampaignResult:
     target: str
-    kind: str
+    kind: DeviceKind
     examples: int
     elapsed_s: float  # the examples' time, start-up excluded
     findings: list[Finding] = field(default_factory=list)

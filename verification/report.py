@@ -12,6 +12,7 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+from verification.devices import DeviceKind
 from verification.findings import Finding
 from verification.ops.host import HOST_FORMS, HOST_SOURCE
 from verification.ops.spec import OpSpec
@@ -266,7 +267,7 @@ def program_source(program: Program, name: str, ops: Sequence[OpSpec] | None = N
 def render_reproducer(
     finding: Finding,
     target: Target,
-    device_kind: str,
+    device_kind: DeviceKind,
     command: str,
     replays: int = 3,
     ops: Sequence[OpSpec] | None = None,

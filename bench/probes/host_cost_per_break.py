@@ -43,7 +43,7 @@ import breakable_cudagraph
 from bench.capture_overhead_cpu import fake_cuda, load_baseline
 from bench.minimal import MinimalCapture
 from bench.side_stream import NUMEL, OPS, Captured, add_zero, body, cut_points
-from verification.devices import device_context, resolve_device
+from verification.devices import device_context, resolve_kind
 from verification.errors import UsageError
 
 Build = Callable[[torch.Tensor, torch.Tensor, set[int]], Captured]
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError("--rounds, --n, --captures, --block and --loop must be at least 1")
         if args.baseline is not None and not (args.baseline / "__init__.py").is_file():
             raise UsageError(f"--baseline {args.baseline} holds no package (__init__.py)")
-        kind = "stub" if args.device == "stub" else resolve_device(args.device)
+        kind = "stub" if args.device == "stub" else resolve_kind(args.device)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

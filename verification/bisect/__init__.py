@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from verification.bisect.compare import Tolerance
 from verification.bisect.model import load_user_model
 from verification.bisect.search import Finding, Say, Search
-from verification.devices import device_context, resolve_device
+from verification.devices import DeviceKind, device_context
 from verification.errors import UsageError
-from verification.targets import DEFAULT_TARGET, Target, load_target
+from verification.targets import Target, load_target
 
 __all__ = ["BisectResult", "Finding", "Tolerance", "bisect"]
 
@@ -39,7 +38,7 @@ DEFAULT_TOLERANCE = Tolerance()
 class BisectResult:
     ref: str
     target: str
-    device: str
+    kind: DeviceKind
     steps: int
     finding: Finding | None
     seconds: float
@@ -50,7 +49,7 @@ class BisectResult:
             return self.finding.line()
         return (
             f"bisect: no divergence in {self.steps} steps of {self.ref} under {self.target} "
-            f"({self.device})"
+            f"({self.kind})"
         )
 
 
@@ -60,18 +59,18 @@ def _quiet(text: str) -> None:
 
 def bisect(
     ref: str,
-    target: str | Any = DEFAULT_TARGET,
-    device: str = "auto",
+    kind: DeviceKind,
+    target: Target | None = None,
     steps: int = 8,
     tol: Tolerance = DEFAULT_TOLERANCE,
     say: Say = _quiet,
 ) -> BisectResult:
-    """Runs ``ref`` (``MODULE:FN``) eagerly and captured under ``target`` for ``steps`` steps
-    and names the first op that diverges; ``say`` receives progress lines."""
+    """Runs ``ref`` (``MODULE:FN``) eagerly and captured under the loaded ``target`` (None:
+    the default one) on device ``kind`` for ``steps`` steps and names the first op that
+    diverges; ``say`` receives progress lines."""
     if steps < 1:
         raise UsageError(f"steps must be at least 1, got {steps}")
-    loaded = target if isinstance(target, Target) else load_target(target)
-    kind = resolve_device(device)
+    loaded = load_target() if target is None else target
     model = load_user_model(ref, loaded)
     command = f"python -m verification bisect {ref} --target {loaded.name} --device {kind}"
     search = Search(model, loaded, kind, steps, tol, say, command)

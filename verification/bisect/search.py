@@ -24,6 +24,7 @@ from verification.bisect.model import UserModel
 from verification.bisect.reproducer import frozen_op_script
 from verification.bisect.runs import EagerRun, GraphRun
 from verification.bisect.trace import OpRecord, Site, internal_dirs, site_of_traceback
+from verification.devices import DeviceKind
 from verification.errors import UsageError
 from verification.targets import Target
 
@@ -72,7 +73,7 @@ class Search:
         self,
         model: UserModel,
         target: Target,
-        kind: str,
+        kind: DeviceKind,
         steps: int,
         tol: Tolerance,
         say: Say,

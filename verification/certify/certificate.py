@@ -23,6 +23,7 @@ import torch
 
 from verification.certify.provenance import provenance
 from verification.certify.run import CertifyRun, CheckResult
+from verification.devices import DeviceKind
 from verification.findings import (
     FINDING_KINDS,
     HARNESS_ERROR,
@@ -50,8 +51,8 @@ def _driver() -> str | None:
     return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout else None
 
 
-def environment(device: str) -> dict[str, Any]:
-    on_gpu = device == "cuda"
+def environment(kind: DeviceKind) -> dict[str, Any]:
+    on_gpu = kind == "cuda"
     return {
         "python": sys.version.split()[0],
         "torch": torch.__version__,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verification.certify.schedule import Schedule
+from verification.devices import DeviceKind
 from verification.findings import Finding, about_target, fails_certificate
 from verification.fuzz import CampaignConfig
 from verification.targets import Target
@@ -41,8 +42,7 @@ class CertifyRun:
         return self.config.target
 
     @property
-    def kind(self) -> str:
-        """``sim`` or ``cuda``."""
+    def kind(self) -> DeviceKind:
         return self.config.kind
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from verification.devices import DeviceKind
 from verification.isolation import cores
 
 # The fuzz campaign's share of the budget where the phases run one after the other: the
@@ -42,7 +43,9 @@ class Schedule:
     workers: int = 1
 
 
-def schedule(budget_s: float | None, kind: str, checks: int, cpus: int | None = None) -> Schedule:
+def schedule(
+    budget_s: float | None, kind: DeviceKind, checks: int, cpus: int | None = None
+) -> Schedule:
     """The split of ``budget_s`` seconds over the fuzz campaign and ``checks`` property checks
     on device kind ``kind`` (``sim`` or ``cuda``), with ``cpus`` cores (default: this
     process's)."""

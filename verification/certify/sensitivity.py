@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from verification.certify.run import CertifyRun, CheckResult
+from verification.devices import DeviceKind
 from verification.errors import hide_expected_warnings
 from verification.findings import fails_certificate
 from verification.fuzz import CampaignConfig, run_campaign
@@ -87,7 +88,7 @@ def planted_targets() -> list[Planted]:
     return found
 
 
-def _measure_one(planted: Planted, kind: str, seed: int) -> dict[str, Any]:
+def _measure_one(planted: Planted, kind: DeviceKind, seed: int) -> dict[str, Any]:
     """One planted target through its check: found or not, examples run, seconds."""
     began = time.perf_counter()
     target = load_target(importlib.import_module(planted.module).build(planted.bug))
@@ -117,7 +118,7 @@ def _measure_one(planted: Planted, kind: str, seed: int) -> dict[str, Any]:
 _EXIT_SPENT = 4
 
 
-def _worker(targets: Sequence[Planted], kind: str, seed: int, taken: Any, log: str) -> None:
+def _worker(targets: Sequence[Planted], kind: DeviceKind, seed: int, taken: Any, log: str) -> None:
     """Takes the next target (``taken`` is the shared index of the next one) until none is
     left; writes a ``start`` line before each and its row after, so that the parent knows which
     target a dead worker was running."""
@@ -167,7 +168,11 @@ def _read_log(log: Path) -> tuple[list[dict[str, Any]], str | None]:
 
 
 def _run_workers(
-    targets: Sequence[Planted], kind: str, seed: int, workers: int, progress: Callable[[int], None]
+    targets: Sequence[Planted],
+    kind: DeviceKind,
+    seed: int,
+    workers: int,
+    progress: Callable[[int], None],
 ) -> list[dict[str, Any]]:
     context = multiprocessing.get_context("fork" if kind == "sim" else "spawn")
     taken = context.Value("i", 0)
@@ -274,14 +279,14 @@ def cache_dir() -> Path:
     return Path(base) / "breakable-cudagraph"
 
 
-def cache_path(device: str, seed: int) -> Path:
-    """Where the evidence of this harness, torch, device (and GPU model), Python, seed and
-    planted set is cached."""
+def cache_path(kind: DeviceKind, seed: int) -> Path:
+    """Where the evidence of this harness, torch, device kind (and GPU model), Python, seed
+    and planted set is cached."""
     import torch
 
-    gpu = torch.cuda.get_device_name() if device == "cuda" else "simulator"
+    gpu = torch.cuda.get_device_name() if kind == "cuda" else "simulator"
     key = json.dumps(
-        [_source_digest(), torch.__version__, device, gpu, platform.python_version(), seed,
+        [_source_digest(), torch.__version__, kind, gpu, platform.python_version(), seed,
          [p.name for p in planted_targets()]]
     )  # fmt: skip
     name = hashlib.sha256(key.encode()).hexdigest()[:24]

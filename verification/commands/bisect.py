@@ -21,9 +21,10 @@ import sys
 from collections.abc import Sequence
 
 from verification.bisect import Tolerance, bisect
-from verification.commands.options import add_device, add_quiet, at_least
+from verification.commands.options import Run, add_device, add_quiet, at_least
+from verification.devices import resolve_kind
 from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK, UsageError
-from verification.targets import DEFAULT_TARGET
+from verification.targets import DEFAULT_TARGET, load_target
 from verification.targets.upstream import add_target_path
 
 
@@ -67,10 +68,12 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             print(f"  {line}", flush=True)
 
     try:
+        # The target first: of a bad target and a missing GPU, bisect names the target.
+        run = Run(load_target(args.target), resolve_kind(args.device_choice))
         result = bisect(
             args.model,
-            target=args.target,
-            device=args.device,
+            target=run.target,
+            kind=run.kind,
             steps=args.steps,
             tol=Tolerance(args.rtol, args.atol),
             say=say,

@@ -28,10 +28,10 @@ from verification.commands.options import (
     budget_seconds,
     campaign_config,
     print_finding,
+    resolve_run,
     writable_dir,
 )
 from verification.commands.progress import progress_bar
-from verification.devices import resolve_device
 from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK
 from verification.findings import HARNESS_ERROR
 from verification.mutation.engine import require_cosmic_ray
@@ -42,7 +42,6 @@ from verification.profiles import (
     PROFILES,
 )
 from verification.properties import PROPERTIES
-from verification.targets import load_target
 from verification.userops.campaign import load_user_ops
 
 
@@ -161,47 +160,45 @@ class _Log:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     began = time.perf_counter()
-    kind = resolve_device(args.device)
     profile = PROFILES[args.profile]
     # --budget none is infinity: no time budget, the example counts alone.
     budget = profile.budget_s if args.budget is None else args.budget
-    budget = None if budget == math.inf else budget
+    run = resolve_run(args, budget_s=None if budget == math.inf else budget)
     overrides = {}
-    if budget != profile.budget_s:
-        overrides["budget"] = "none" if budget is None else budget
+    if run.budget_s != profile.budget_s:
+        overrides["budget"] = "none" if run.budget_s is None else run.budget_s
     for name in ("examples", "max_ops", "max_breaks", "replays"):
         if getattr(args, name) is None:
             setattr(args, name, getattr(profile, name))
         elif getattr(args, name) != getattr(profile, name):
             overrides[name] = getattr(args, name)
-    target = load_target(args.target, args.contract)
     users = load_user_ops(args.ops)
     if args.mutants:
         require_cosmic_ray()  # before the campaign, not after it
     writable_dir(args.out, "--out")
-    config = campaign_config(args, target, kind, args.out / "reproducers")
+    config = campaign_config(args, run, args.out / "reproducers")
     log = _Log(args.quiet)
     with progress_bar(quiet=args.quiet) as (start_check, advance):
-        run = CertifyRun(
+        certify_run = CertifyRun(
             config,
             advance,
             op_specs=tuple(args.ops),
             users=users,
             sensitivity=args.sensitivity,
             mutants=args.mutants,
-            schedule=schedule(budget, kind, len(PROPERTIES)),
+            schedule=schedule(run.budget_s, run.kind, len(PROPERTIES)),
         )
 
         def on_check(name: str, total: int | None, unit: str) -> None:
-            log.start(name, run)
+            log.start(name, certify_run)
             start_check(name, total, unit)
 
-        results = run_checks(run, on_check, log.end)
+        results = run_checks(certify_run, on_check, log.end)
     for result in results:
         for finding, text in zip(result.findings, result.reproducers):
             print_finding(f"{result.name} {finding.summary()}", text)
     cert = certificate(
-        run,
+        certify_run,
         results,
         args.profile,
         overrides=overrides,
@@ -214,7 +211,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if cert["sensitivity"] is not None:
         print(f"sensitivity: {sensitivity.summary_line(cert['sensitivity'])}")
     verdict = cert["verdict"].upper()
-    contract = target.contract.name
+    contract = run.target.contract.name
     print(f"certify: {verdict} under contract {contract}, certificate written to {args.out}")
     if any(f.kind == HARNESS_ERROR for r in results for f in r.findings):
         return EXIT_HARNESS

@@ -25,10 +25,10 @@ from verification.commands.options import (
     at_least,
     positive_seconds,
     print_finding,
+    resolve_run,
     writable_dir,
 )
 from verification.commands.progress import progress_bar
-from verification.devices import resolve_device
 from verification.findings import exit_status, root_causes
 from verification.properties import PROPERTIES
 from verification.properties.base import Resume
@@ -43,7 +43,7 @@ from verification.properties.processes import (
     to_json,
 )
 from verification.properties.reproduce import render, write
-from verification.targets import DEFAULT_TARGET, load_target
+from verification.targets import DEFAULT_TARGET
 from verification.targets.contracts import CONTRACTS
 from verification.targets.upstream import add_target_path
 
@@ -105,8 +105,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    kind = resolve_device(args.device)
-    target = load_target(args.target, args.contract)
+    run = resolve_run(args, budget_s=args.budget)
+    target, kind = run.target, run.kind
     writable_dir(args.report, "--report")
     chosen = names(args.property)
     resume = Resume.from_json(json.loads(args.resume)) if args.resume else None
@@ -119,7 +119,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         jobs = forked_jobs(len(chosen))
         results = run_forked(
             chosen, target, kind, args.examples, args.seed, args.cycles, jobs,
-            seconds=args.budget,
+            seconds=run.budget_s,
         )  # fmt: skip
     else:
         results = []
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 start(name, args.examples)
                 done = run_properties(
                     name, target, kind, args.examples, args.seed, args.cycles, resume,
-                    seconds=args.budget,
+                    seconds=run.budget_s,
                 )  # fmt: skip
                 if args.result_file is None:
                     # A finding left the target unusable here: fresh processes go on.

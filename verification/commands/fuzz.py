@@ -16,14 +16,13 @@ from verification.commands.options import (
     add_report,
     campaign_config,
     print_findings,
+    resolve_run,
     writable_dir,
 )
 from verification.commands.progress import progress_bar
-from verification.devices import resolve_device
 from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK
 from verification.findings import HARNESS_ERROR
 from verification.fuzz import run_campaign, run_isolated
-from verification.targets import load_target
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -42,11 +41,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    kind = resolve_device(args.device)
-    target = load_target(args.target, args.contract)
+    run = resolve_run(args)
     writable_dir(args.report, "--report")
-    config = campaign_config(args, target, kind, args.report)
-    isolate = args.isolate if args.isolate is not None else kind == "cuda"
+    config = campaign_config(args, run, args.report)
+    isolate = args.isolate if args.isolate is not None else run.kind == "cuda"
     if isolate:
         status, crashed = run_isolated(list(argv), config)
         if crashed is not None:

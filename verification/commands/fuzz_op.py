@@ -17,19 +17,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from verification.commands.options import (
+    Run,
     add_common,
     add_report,
     campaign_config,
     print_findings,
+    resolve_run,
     writable_dir,
 )
 from verification.commands.progress import progress_bar
-from verification.devices import resolve_device
 from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK, UsageError
 from verification.findings import HARNESS_ERROR
 from verification.fuzz import run_campaign, run_isolated
 from verification.report import write_reproducer
-from verification.targets import Target, load_target
 from verification.userops.campaign import (
     CONTRACT_EXAMPLES,
     DEFAULT_MAX_BREAKS,
@@ -69,11 +69,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
 
 
-def header(specs: Sequence[str], target: Target, kind: str) -> str:
+def header(specs: Sequence[str], run: Run) -> str:
     """What a run judges: the ops, the target they run under and its contract."""
+    contract = run.target.contract
     return (
-        f"fuzz-op {' '.join(specs)} under target {target.name}, judged by contract "
-        f"{target.contract.name!r}: {target.contract.summary}; device {kind}"
+        f"fuzz-op {' '.join(specs)} under target {run.target.name}, judged by contract "
+        f"{contract.name!r}: {contract.summary}; device {run.kind}"
     )
 
 
@@ -83,11 +84,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
             f"--contract-examples {args.contract_examples}: need at least 1; the contract "
             f"checks cannot be skipped"
         )
-    kind = resolve_device(args.device)
-    target = load_target(args.target, args.contract)
+    run = resolve_run(args)
+    target, kind = run.target, run.kind
     users = load_user_ops(args.specs)
     writable_dir(args.report, "--report")
-    base = campaign_config(args, target, kind, args.report)
+    base = campaign_config(args, run, args.report)
     config, coverage = op_campaign(
         base, args.specs, users, contract_examples=args.contract_examples
     )
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if crashed is not None:
             print_findings(crashed)
         return status
-    print(header(args.specs, target, kind))
+    print(header(args.specs, run))
     violations = contract_violations(users, target, kind, args.contract_examples, args.seed)
     # One line per violation, the FINDING line, then its reproducer: each checks its part again.
     written: list[Path] = []

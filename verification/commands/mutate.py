@@ -15,7 +15,7 @@ from pathlib import Path
 
 from verification.commands.options import add_device, add_quiet, at_least, writable_dir
 from verification.commands.progress import progress_bar
-from verification.devices import resolve_device
+from verification.devices import DeviceKind, resolve_kind
 from verification.mutation.engine import MutationConfig, MutationResult, run_mutation
 from verification.mutation.summary import score_line, write
 from verification.targets import DEFAULT_TARGET
@@ -72,7 +72,7 @@ def _place(text: str) -> tuple[str, int]:
     return file, int(line)
 
 
-def config_from(args: argparse.Namespace, kind: str) -> MutationConfig:
+def config_from(args: argparse.Namespace, kind: DeviceKind) -> MutationConfig:
     return MutationConfig(
         target=args.target,
         kind=kind,
@@ -96,7 +96,8 @@ def print_survivors(result: MutationResult) -> None:
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    kind = resolve_device(args.device)
+    # The target stays a module name: each mutant is imported afresh in the children.
+    kind = resolve_kind(args.device_choice)
     writable_dir(args.report, "--report")
     config = config_from(args, kind)
     with progress_bar(quiet=args.quiet) as (start, advance):

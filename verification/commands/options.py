@@ -1,12 +1,14 @@
 """What every subcommand of ``python -m verification`` shares on the command line.
 
 :func:`add_common` adds the campaign options (target, device, contract, budget, sizes) and
-:func:`at_least` parses their counts; :func:`writable_dir` checks a directory argument
-before a run starts, so a bad ``--out`` or ``--report`` is a one-line usage error, not a
-failure after minutes of work, and :func:`remove_new_outputs` takes away what a failed or
-interrupted command created there; :func:`campaign_config` turns the options into the one
-configuration a command passes down, with the target it loaded once; :func:`print_finding`
-is the one way a command prints a finding with its reproducer.
+:func:`at_least` parses their counts; :func:`resolve_run` turns the target and device options
+into a :class:`Run`, the one value below which no name is resolved again; :func:`writable_dir`
+checks a directory argument before a run starts, so a bad ``--out`` or ``--report`` is a
+one-line usage error, not a failure after minutes of work, and :func:`remove_new_outputs`
+takes away what a failed or interrupted command created there; :func:`campaign_config` turns
+the options into the one configuration a command passes down, on the target and device kind
+of its run; :func:`print_finding` is the one way a command prints a finding with its
+reproducer.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import argparse
 import math
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from verification.devices import DEVICE_CHOICES
+from verification.devices import DEVICE_CHOICES, DeviceKind, resolve_kind
 from verification.errors import UsageError
 from verification.fuzz import CampaignConfig, CampaignResult
-from verification.targets import DEFAULT_TARGET, Target
+from verification.targets import DEFAULT_TARGET, Target, load_target
 from verification.targets.contracts import CONTRACTS
 from verification.targets.upstream import add_target_path
 
@@ -105,6 +108,7 @@ def add_common(parser: argparse.ArgumentParser, defaults: bool) -> None:
 def add_device(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device",
+        dest="device_choice",
         default="auto",
         choices=DEVICE_CHOICES,
         help="auto: the GPU if torch sees one, else the CUDA simulator",
@@ -169,14 +173,30 @@ def remove_new_outputs() -> None:
     _NEW_OUTPUTS.clear()
 
 
-def campaign_config(
-    args: argparse.Namespace, target: Target, kind: str, report_dir: Path | None
-) -> CampaignConfig:
-    """The campaign the shared options describe, on the ``target`` the command loaded and the
-    device ``kind`` it resolved."""
+@dataclass(frozen=True)
+class Run:
+    """What a command runs on, resolved once from its arguments: the ``target`` loaded with
+    its contract, the device ``kind`` that runs it, and the wall-clock ``budget_s`` the
+    command's ``--budget`` comes to (None: the example counts alone). Everything below the
+    command takes these, never a module name or a device choice to resolve again."""
+
+    target: Target
+    kind: DeviceKind
+    budget_s: float | None = None
+
+
+def resolve_run(args: argparse.Namespace, budget_s: float | None = None) -> Run:
+    """The :class:`Run` that ``args`` name: the device choice resolved first (asking for a
+    GPU that is not there is the first error), then the target loaded under ``--contract``."""
+    kind = resolve_kind(args.device_choice)
+    return Run(load_target(args.target, getattr(args, "contract", None)), kind, budget_s)
+
+
+def campaign_config(args: argparse.Namespace, run: Run, report_dir: Path | None) -> CampaignConfig:
+    """The campaign the shared options describe, on the target and device kind of ``run``."""
     return CampaignConfig(
-        target=target,
-        kind=kind,
+        target=run.target,
+        kind=run.kind,
         examples=args.examples,
         seed=args.seed,
         max_ops=args.max_ops,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import verification
+from verification.devices import DeviceKind
 from verification.errors import UsageError
 from verification.mutation.equivalence import equivalence_hint
 from verification.mutation.operators import selected
@@ -49,7 +50,7 @@ class MutationConfig:
     ``budget`` samples that many mutants (None: all of them)."""
 
     target: str
-    kind: str = "sim"
+    kind: DeviceKind = "sim"
     budget: int | None = None
     jobs: int = 1
     seed: int = 0
@@ -86,7 +87,7 @@ class Mutant:
 @dataclass
 class MutationResult:
     target: str
-    kind: str
+    kind: DeviceKind
     stages: list[str]
     available: int
     mutants: list[Mutant] = field(default_factory=list)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 # None of these imports torch or hypothesis: everything that does is imported where used.
-from verification.devices import DEVICE_CHOICES, TORCH_DEVICE
+from verification.devices import DEVICE_CHOICES, TORCH_DEVICE, DeviceKind
 from verification.errors import UsageError
 from verification.plugin.shard import UNSHARDED, FuzzChunk, Shard, parse_shard
 from verification.profiles import PROFILE_MEANINGS, PROFILES, PYTEST_PROFILES
@@ -42,13 +42,14 @@ _T = TypeVar("_T")
 
 @dataclass
 class _State:
-    choice: str
-    choice_from: str  # how the user gave the device, for error messages
+    device_choice: str  # auto, cuda or sim, as the user gave it
+    device_choice_from: str  # how the user gave it (the option or the variable), for errors
     target: str
     shard: Shard
     profile: str | None
     asked: bool  # an option, BCG_* variable or ini key of the plugin was given
-    kind: str | None = None  # resolved on first use: "auto" must not touch CUDA needlessly
+    # The device choice resolved, once: "auto" on first use, as it must not touch CUDA needlessly.
+    kind: DeviceKind | None = None
     header_shown: bool = False
     database: Any = None  # BCG_HYPOTHESIS_DB's hypothesis ExampleDatabase, checked at configure
 
@@ -131,22 +132,26 @@ def _device_choice(config: pytest.Config) -> tuple[str, str]:
         return "auto", ""
     if choice not in DEVICE_CHOICES:
         raise pytest.UsageError(f"{source}={choice}: must be one of {', '.join(DEVICE_CHOICES)}")
-    if choice == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise pytest.UsageError(
-                f"{source}=cuda: torch sees no GPU here; use {source}=sim for the simulator"
-            )
     return choice, source
 
 
-def _kind(config: pytest.Config) -> str:
+def _resolve(device_choice: str, source: str) -> DeviceKind:
+    """The kind that runs for a valid ``device_choice``, which fails only as cuda on a host
+    without a GPU: said in the words of the option or variable that asked for it."""
+    from verification.devices import resolve_kind
+
+    try:
+        return resolve_kind(device_choice)
+    except UsageError:
+        raise pytest.UsageError(
+            f"{source}=cuda: torch sees no GPU here; use {source}=sim for the simulator"
+        ) from None
+
+
+def _kind(config: pytest.Config) -> DeviceKind:
     state = config.stash[_STATE]
     if state.kind is None:
-        from verification.devices import resolve_device
-
-        state.kind = _usage(resolve_device, state.choice, option=state.choice_from or "device")
+        state.kind = _resolve(state.device_choice, state.device_choice_from)
     return state.kind
 
 
@@ -173,20 +178,24 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     target = config.getoption("bcg_target")
     shard = config.getoption("bcg_shard")
-    choice, choice_from = _device_choice(config)
+    device_choice, device_choice_from = _device_choice(config)
+    # A device asked for is resolved at once, so that a missing GPU is the first error;
+    # auto waits for its first use.
+    kind = None if device_choice == "auto" else _resolve(device_choice, device_choice_from)
     state = _State(
-        choice=choice,
-        choice_from=choice_from,
+        device_choice=device_choice,
+        device_choice_from=device_choice_from,
         target=DEFAULT_TARGET if target is None else target,
         shard=UNSHARDED if shard is None else _usage(parse_shard, shard, option=None),
         profile=_profile_name(config),
         asked=bool(
-            choice_from
+            device_choice_from
             or target is not None
             or shard is not None
             or config.getini("bcg_gpu_per_worker")
             or os.environ.get("BCG_HYPOTHESIS_DB")
         ),
+        kind=kind,
     )
     state.asked = state.asked or state.profile is not None
     config.stash[_STATE] = state
@@ -204,7 +213,7 @@ def pytest_configure(config: pytest.Config) -> None:
         from verification.targets import load_target
 
         _usage(load_target, state.target, option=f"--bcg-target={target}")
-    if state.choice != "auto" or config.getini("bcg_gpu_per_worker"):
+    if config.getini("bcg_gpu_per_worker"):
         _kind(config)
 
 
@@ -288,13 +297,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
-def bcg_kind(pytestconfig: pytest.Config) -> str:
+def bcg_kind(pytestconfig: pytest.Config) -> DeviceKind:
     """``"cuda"`` or ``"sim"``: what this run executes on."""
     return _kind(pytestconfig)
 
 
 @pytest.fixture(scope="session")
-def bcg_device(bcg_kind: str) -> str:
+def bcg_device(bcg_kind: DeviceKind) -> str:
     """The torch device to allocate on (``"cuda"``, or ``"cpu"`` under the simulator, which
     is open for the duration of every test that uses this fixture)."""
     return TORCH_DEVICE[bcg_kind]

@@ -22,6 +22,7 @@ import torch
 from hypothesis import strategies as st
 
 from verification.causes import describe, raised_by_harness
+from verification.devices import DeviceKind
 from verification.findings import (
     HARNESS_ERROR,
     SKIPPED,
@@ -87,7 +88,7 @@ class CheckConfig:
     ``next_resume`` when it stops with work left for a fresh process."""
 
     target: Target
-    kind: str  # "cuda" or "sim"
+    kind: DeviceKind  # "cuda" or "sim"
     device: str  # the torch device tensors are allocated on
     examples: int
     seed: int = 0

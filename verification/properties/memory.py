@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from verification.causes import forwarder
+from verification.devices import DeviceKind
 from verification.execute import collector_paused
 from verification.properties.runs import DEFAULT_POOL, in_graph_pool
 
@@ -101,7 +102,7 @@ def _poisoned(sizes: list[int], device: str) -> list[torch.Tensor]:
     return [torch.empty(size, dtype=torch.uint8, device=device).fill_(255) for size in sizes]
 
 
-def scribble_freed(pool: Any, kind: str, device: str) -> None:
+def scribble_freed(pool: Any, kind: DeviceKind, device: str) -> None:
     """Fills the free blocks of the default allocator and of graph pool ``pool`` with FF."""
     torch.cuda.synchronize()
     segments = torch.cuda.memory_snapshot()

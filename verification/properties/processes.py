@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from verification.devices import device_context
+from verification.devices import DeviceKind, device_context
 from verification.findings import SKIPPED, TARGET_BUG
 from verification.isolation import cores, run_child, signal_name
 from verification.ops.spec import TensorMeta
@@ -37,6 +37,7 @@ from verification.properties.base import (
     unusable,
 )
 from verification.properties.base import CheckResult as PropertyResult
+from verification.targets import Target
 
 DEFAULT_CYCLES = 100
 # The properties whose budget includes --cycles (capture, replay and reset repeated).
@@ -49,8 +50,8 @@ def names(choice: str) -> list[str]:
 
 def run_properties(
     choice: str,
-    target: Any,
-    kind: str,
+    target: Target,
+    kind: DeviceKind,
     examples: int,
     seed: int = 0,
     cycles: int = DEFAULT_CYCLES,
@@ -103,8 +104,8 @@ def merge(first: PropertyResult, rest: PropertyResult) -> PropertyResult:
 
 def _forked_check(
     name: str,
-    target: Any,
-    kind: str,
+    target: Target,
+    kind: DeviceKind,
     examples: int,
     seed: int,
     cycles: int,
@@ -123,8 +124,8 @@ def _forked_check(
 
 def run_forked(
     chosen: Sequence[str],
-    target: Any,
-    kind: str,
+    target: Target,
+    kind: DeviceKind,
     examples: int,
     seed: int = 0,
     cycles: int = DEFAULT_CYCLES,

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from verification.devices import device_context, resolve_device
+from verification.devices import device_context, resolve_kind
 from verification.findings import Finding
 from verification.programs import Program
 from verification.properties import standalone
@@ -72,9 +72,12 @@ def reproduce(
     contract: str | None = None,
     cycles: int = 100,
 ) -> int:
+    """Checks ``prop`` again on one program: what a property reproducer calls, a process of
+    its own handed names, which it resolves here, once. ``device`` is the device choice, by
+    the keyword that reproducers already written pass it."""
     from verification.properties import PROPERTIES
 
-    kind = resolve_device(device)
+    kind = resolve_kind(device)
     loaded = load_target(target, contract)
     with device_context(kind) as torch_device:
         config = CheckConfig(loaded, kind, torch_device, 1, seed, cycles)

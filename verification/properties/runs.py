@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from verification.devices import DeviceKind
 from verification.execute import (
     BreakLog,
     collector_paused,
@@ -74,7 +75,7 @@ class ProgramRun:
         self,
         program: Program,
         target: Target,
-        kind: str,
+        kind: DeviceKind,
         device: str,
         seed: int,
         *,
@@ -223,7 +224,7 @@ class ProgramRun:
         self.callables = []
 
 
-def settle(kind: str) -> None:
+def settle(kind: DeviceKind) -> None:
     """Frees what can be freed: collect, synchronize, empty the allocator's cache."""
     import gc
 

@@ -23,6 +23,7 @@ import torch
 from hypothesis import strategies as st
 
 from verification.causes import describe
+from verification.devices import DeviceKind
 from verification.execute import collector_paused
 from verification.findings import Finding
 from verification.programs import Program
@@ -55,7 +56,7 @@ class RaceDetectorMissing(Exception):
 
 
 @contextlib.contextmanager
-def race_detection(kind: str) -> Iterator[type[BaseException] | None]:
+def race_detection(kind: DeviceKind) -> Iterator[type[BaseException] | None]:
     """On the simulator, detects races in the block and yields the error type it raises."""
     if kind == "cuda":
         yield None
@@ -69,7 +70,7 @@ def race_detection(kind: str) -> Iterator[type[BaseException] | None]:
         yield sim.StreamRaceError
 
 
-def _sleep(kind: str, cycles: int = SLEEP_CYCLES) -> None:
+def _sleep(kind: DeviceKind, cycles: int = SLEEP_CYCLES) -> None:
     if kind == "cuda":
         torch.cuda._sleep(cycles)
 

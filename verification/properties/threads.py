@@ -29,6 +29,7 @@ import torch
 from hypothesis import strategies as st
 
 from verification.causes import describe
+from verification.devices import DeviceKind
 from verification.execute import collector_paused
 from verification.findings import CALLER_DUTY, Finding
 from verification.programs import Program, default_ops, make_inputs
@@ -64,7 +65,7 @@ class _NoGate:
         pass
 
 
-def _gate(kind: str) -> Any:
+def _gate(kind: DeviceKind) -> Any:
     """On the simulator threads take turns between rendezvous points: its allocator hands a
     block out before a tensor holds it, so another thread's allocation can reclaim it (a
     simulator race, not the target's). Captures still overlap; only execution is serial."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from verification.devices import device_context, resolve_device
+from verification.devices import DeviceKind, device_context, resolve_kind
 from verification.errors import UsageError
 from verification.execute import (
     BreakLog,
@@ -147,7 +147,7 @@ def op_campaign(
 
 
 def _ideal_replay_mismatch(
-    program: Program, table: dict, seed: int, replays: int, device: str, kind: str
+    program: Program, table: dict, seed: int, replays: int, device: str, kind: DeviceKind
 ) -> str | None:
     """Replays ``program`` as a perfect capture would, by running it eagerly again on the
     static buffers with the same break callables (so the same op module state), and
@@ -180,7 +180,7 @@ def _raised_in_op(
     seed: int,
     replays: int,
     device: str,
-    kind: str,
+    kind: DeviceKind,
     files: set[Path],
 ) -> str | None:
     """Captures and replays ``program`` again; an exception whose innermost frame (torch
@@ -291,17 +291,18 @@ def recheck_violation(
     ref: str,
     part: str,
     case: Case | None,
-    kind: str,
+    device_choice: str,
     target: str = DEFAULT_TARGET,
     contract: str | None = None,
 ) -> Finding | None:
     """Checks one contract part of the op ``ref`` again: on the drawn ``case`` it broke on,
-    or (no case) against the target's contract. A contract reproducer calls this."""
+    or (no case) against the target's contract. A contract reproducer calls this: a process
+    of its own, handed names, which it resolves here, once."""
     user = user_op(load_spec(ref))
     if case is None:
         found = _return_under(user, load_target(target, contract))
         return next((v for v in found if v.violation == part), None)
-    with device_context(resolve_device(kind)) as device:
+    with device_context(resolve_kind(device_choice)) as device:
         return recheck(user.loaded, part, case, device)
 
 
@@ -365,7 +366,7 @@ def _return_under(user: UserOp, target: Target) -> list[Finding]:
 
 
 def contract_violations(
-    users: Sequence[UserOp], target: Target, kind: str, examples: int, seed: int
+    users: Sequence[UserOp], target: Target, kind: DeviceKind, examples: int, seed: int
 ) -> dict[str, list[Finding]]:
     """Each op's broken contract parts: the checks of :mod:`verification.userops.contract`."""
     with device_context(kind) as device:

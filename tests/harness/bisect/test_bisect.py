@@ -39,11 +39,11 @@ def _named(result, kind: str, op: str, marker: str) -> None:
 @pytest.mark.parametrize("model", list(PLANTED))
 def test_each_planted_model_is_named_to_its_op_and_line(bcg_kind, model):
     kind, op, marker = PLANTED[model]
-    _named(bisect(f"{MODELS}:{model}", device=bcg_kind, steps=3), kind, op, marker)
+    _named(bisect(f"{MODELS}:{model}", kind=bcg_kind, steps=3), kind, op, marker)
 
 
 def test_a_host_read_the_capture_refuses_is_named_at_its_line(bcg_kind):
-    result = bisect(f"{MODELS}:host_read_not_a_break", device=bcg_kind, steps=2)
+    result = bisect(f"{MODELS}:host_read_not_a_break", kind=bcg_kind, steps=2)
     finding = result.finding
     assert finding is not None and finding.kind == "capture raised", result.line()
     assert finding.site is not None and finding.site[1] == bug_line("host read")
@@ -53,7 +53,7 @@ def test_a_host_read_the_capture_refuses_is_named_at_its_line(bcg_kind):
 def test_a_stream_race_the_simulator_sees_is_named_where_the_unordered_read_is(bcg_kind):
     if bcg_kind != "sim":
         pytest.skip("on a GPU the race may or may not corrupt a value: only the simulator sees it")
-    result = bisect(f"{MODELS}:stream_race", device="sim", steps=2)
+    result = bisect(f"{MODELS}:stream_race", kind="sim", steps=2)
     _named(result, "stream race", "aten.mul.Tensor", "race")
 
 
@@ -63,18 +63,18 @@ def test_a_target_that_does_not_refresh_a_break_result_is_found_by_forcing_ops_i
     # Nothing the capture recorded differs from eager: only the forced breaks can see which
     # op first reads a wrong tensor, and that the tensor is the break's stale result.
     target = load_target(build("output_not_copied_back"))
-    result = bisect(f"{MODELS}:returns_a_tensor", target=target, device=bcg_kind, steps=2)
+    result = bisect(f"{MODELS}:returns_a_tensor", target=target, kind=bcg_kind, steps=2)
     _named(result, "stale break result", "aten.relu.default", "stale return")
 
 
 def test_a_correct_model_gives_no_divergence_over_20_steps(bcg_kind):
-    result = bisect(f"{MODELS}:correct", device=bcg_kind, steps=20)
+    result = bisect(f"{MODELS}:correct", kind=bcg_kind, steps=20)
     assert result.finding is None and result.steps == 20, result.line()
 
 
 def test_a_tiny_llama_with_a_varlen_attention_break_gives_no_divergence_over_20_steps(bcg_kind):
     pytest.importorskip("transformers")
-    result = bisect("tests.harness.bisect.llama_model:llama", device=bcg_kind, steps=20)
+    result = bisect("tests.harness.bisect.llama_model:llama", kind=bcg_kind, steps=20)
     assert result.finding is None and result.steps == 20, result.line()
 
 
@@ -123,7 +123,7 @@ def test_a_failure_of_the_harness_itself_exits_3(bcg_kind, monkeypatch, capsys):
 def test_the_example_transformer_is_named_at_its_host_dependent_slice(bcg_kind):
     from pathlib import Path
 
-    result = bisect("examples.bisect_transformer:transformer", device=bcg_kind, steps=2)
+    result = bisect("examples.bisect_transformer:transformer", kind=bcg_kind, steps=2)
     source = Path("examples/bisect_transformer.py").read_text().splitlines()
     line = next(i for i, text in enumerate(source, 1) if "# BUG" in text)
     finding = result.finding
@@ -154,7 +154,7 @@ def test_a_frozen_host_value_comes_with_a_standalone_script_that_fails_while_it_
 ):
     from verification.devices import device_context
 
-    finding = bisect(ref, device=bcg_kind, steps=2).finding
+    finding = bisect(ref, kind=bcg_kind, steps=2).finding
     assert finding is not None and finding.reproducer is not None, finding
     namespace = {"__name__": "reproducer"}
     exec(compile(finding.reproducer, "reproducer.py", "exec"), namespace)
@@ -168,8 +168,8 @@ def test_under_a_vllm_named_target_the_model_s_breaks_are_the_target_s(bcg_kind)
     # decorator, so the target's own capture and contract (out-buffer) run it.
     result = bisect(
         f"{MODELS}:break_caches_a_tensor",
-        target="verification.planted.vllm_minimal",
-        device=bcg_kind,
+        target=load_target("verification.planted.vllm_minimal"),
+        kind=bcg_kind,
         steps=2,
     )
     _named(result, "break state", "aten.sub.Tensor", "cached")
