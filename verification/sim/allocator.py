@@ -170,8 +170,16 @@ class Pool:
 class Allocator:
     """Pools by id, address lookup of blocks, and the quarantine of released storages."""
 
-    def __init__(self, on_growth: Callable[[], None]) -> None:
+    def __init__(
+        self, on_growth: Callable[[], None], stream_of: Callable[[], int] = lambda: 0
+    ) -> None:
         self._on_growth = on_growth
+        # CUDA's caching allocator hands a free block only to the stream that allocated its
+        # segment (a block another stream still reads is kept from it by record_stream):
+        # a capture on a new stream, or a second capture of a shared pool on another stream,
+        # takes a new segment on the H200 (bench/probes/memory_accounting.py).
+        self._stream_of = stream_of
+        self._segment_stream: dict[int, int] = {}
         # Called with a freed block before it serves a new allocation (race detection).
         self.on_reuse: Callable[[Block], None] | None = None
         self._lock = threading.RLock()
@@ -205,18 +213,26 @@ class Allocator:
         with self._lock:
             self._reclaim(pool)
             small = size <= SMALL_REQUEST
-            fitting = [b for b in pool.free if b.size >= size and b.small_segment == small]
+            stream = self._stream_of()
+            owner = self._segment_stream
+            fitting = [
+                b
+                for b in pool.free
+                if b.size >= size and b.small_segment == small and owner[b.segment_number] == stream
+            ]
             if fitting:  # best fit, as the caching allocator
                 block = min(fitting, key=_fit_order)
-                if self.on_reuse is not None and not block.untouched:
+                # Even a block partly untouched: freed memory merged with the untouched rest
+                # of its segment (no other stream's block in between) is still reused.
+                if self.on_reuse is not None:
                     self.on_reuse(block)
                 pool.free.remove(block)
             else:
                 self._on_growth()
                 segment = torch.UntypedStorage(segment_bytes(size))
-                block = Block(
-                    segment, next(self._segments), segment.data_ptr(), segment.nbytes(), pool, True
-                )
+                number = next(self._segments)
+                owner[number] = stream
+                block = Block(segment, number, segment.data_ptr(), segment.nbytes(), pool, True)
                 self._index(block)
             rest = block.size - size
             if rest >= BLOCK_BYTES if small else rest > SMALL_REQUEST:

@@ -21,7 +21,9 @@ from verification.sim.transfers import PinnedMemory
 
 class Session:
     def __init__(self) -> None:
-        self.allocator = Allocator(on_growth=self.check_growth)
+        self.allocator = Allocator(
+            on_growth=self.check_growth, stream_of=lambda: current_stream().stream_id
+        )
         self.default_stream = Stream._default()
         self.captures: set[Any] = set()
         self.lock = threading.RLock()
