@@ -199,4 +199,4 @@ def test_capture_sweep_refuses_zero_layers_with_one_error_line() -> None:
     command = [sys.executable, "-m", "bench.capture_sweep", "--device", "sim", "--layers", "0"]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.strip() == "error: --layers and --replays must be at least 1"
+    assert done.stderr.strip() == "error: --layers, --replays and --rounds must be at least 1"
