@@ -51,3 +51,14 @@ def test_vllm_minimal_keeps_captures_per_thread(bcg_kind):
     target = load_target(minimal(None))
     (result,) = run_properties("threads", target, bcg_kind, 10)
     assert not result.failed, [f.message for f in result.findings]
+
+
+def test_cublas_refusing_a_first_handle_during_another_global_capture_is_not_a_bug():
+    from verification.properties.threads import _global_mode_error
+
+    refused = RuntimeError(
+        "CUDA error: CUBLAS_STATUS_INTERNAL_ERROR when calling `cublasCreate(handle)`"
+    )
+    assert _global_mode_error("global", refused)
+    assert not _global_mode_error("thread_local", refused)
+    assert not _global_mode_error("global", RuntimeError("index out of range"))
