@@ -18,12 +18,21 @@ from verification.sim.races import enabled_by_environment as races_from_environm
 from verification.sim.streams import Stream, current_stream
 from verification.sim.transfers import PinnedMemory
 
+# torch hands out ``torch.cuda.Stream()`` round robin from a pool of 32 CUDA streams per
+# priority, so the caching allocator's per-stream blocks come back to every 32nd new stream;
+# keyed by simulated stream alone, each capture's new side stream would take new segments
+# forever and the free lists grow with every capture.
+_STREAM_POOL = 32
+
+
+def _pooled_stream() -> int:
+    stream_id = current_stream().stream_id
+    return 0 if stream_id == 0 else 1 + (stream_id - 1) % _STREAM_POOL
+
 
 class Session:
     def __init__(self) -> None:
-        self.allocator = Allocator(
-            on_growth=self.check_growth, stream_of=lambda: current_stream().stream_id
-        )
+        self.allocator = Allocator(on_growth=self.check_growth, stream_of=_pooled_stream)
         self.default_stream = Stream._default()
         self.captures: set[Any] = set()
         self.lock = threading.RLock()
