@@ -170,9 +170,7 @@ class Pool:
 class Allocator:
     """Pools by id, address lookup of blocks, and the quarantine of released storages."""
 
-    def __init__(
-        self, on_growth: Callable[[], None], stream_of: Callable[[], int] = lambda: 0
-    ) -> None:
+    def __init__(self, on_growth: Callable[[], None], stream_of: Callable[[], int]) -> None:
         self._on_growth = on_growth
         # CUDA's caching allocator hands a free block only to the stream that allocated its
         # segment (a block another stream still reads is kept from it by record_stream):
@@ -346,6 +344,7 @@ class Allocator:
                         kept.append(block)  # the rest of its segment is in use
                         continue
                     self._unindex(block)
+                    del self._segment_stream[block.segment_number]  # the segment is gone
                     self.quarantine.append(block.segment)
                 pool.free = kept
 
