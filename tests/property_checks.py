@@ -6,13 +6,13 @@ a child process, since its bug may leave a stream capturing for the rest of the 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from hypothesis import settings
 
+from tests.child_env import child_env
 from verification.findings import Finding
 from verification.planted.property_targets import build
 from verification.properties.base import CheckResult, property_finding
@@ -29,7 +29,7 @@ def _in_child(prop: str, variant: str, kind: str, tmp_path: Path) -> list[Findin
         "from verification.planted.property_targets import build\n"
         f"globals().update({{k: v for k, v in vars(build({variant!r})).items() if k != '__name__'}})\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    env = child_env(tmp_path)
     done = subprocess.run(
         [
             sys.executable,

@@ -4,11 +4,12 @@ script's ``main()`` passes when one process runs them all (each takes seconds to
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+
+from tests.child_env import child_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,7 +39,7 @@ def imports(text: str) -> set[str]:
 def run_each_main(paths: Iterable[Path]) -> subprocess.CompletedProcess[str]:
     """One process runs every script's ``main()`` as its entry point would, printing the list
     of their exit codes last."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     return subprocess.run(
         [sys.executable, "-c", _RUN_EACH, *map(str, paths)],
         capture_output=True, text=True, env=env, timeout=600, cwd="/",

@@ -4,12 +4,13 @@ takes one: one ``error:`` line, exit 2, no traceback, and nothing written."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.child_env import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,7 +48,7 @@ def test_a_target_that_cannot_be_imported_is_one_line_and_exit_2(
 ) -> None:
     out = tmp_path / "out"
     args = [a.format(out=out) for a in COMMANDS[command]]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(bad_modules)])}
+    env = child_env(bad_modules)
     done = subprocess.run(
         [sys.executable, "-m", "verification", command, "--target", target, "--device", "sim",
          *args],

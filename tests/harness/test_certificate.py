@@ -5,7 +5,6 @@ teeth in the environment where it was made."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.child_env import child_env
 from verification.certify import checks, sensitivity
 from verification.certify.certificate import certificate, markdown
 from verification.certify.checks import fuzz_check
@@ -163,7 +163,7 @@ def test_certificate_md_says_what_ran_on_what_by_which_command(tmp_path):
     out = tmp_path / "cert"
     argv = ["certify", "--target", "edited_target", "--device", "sim", "--profile", "quick",
             "--examples", "3", "--no-sensitivity", "--out", str(out)]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(repo)])}
+    env = child_env(repo)
     done = subprocess.run(
         [sys.executable, "-m", "verification", *argv],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,

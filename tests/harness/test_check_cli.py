@@ -3,19 +3,19 @@ fails while the bug is present, 2 with one error line for bad input."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.child_env import child_env
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args: str, extra: Path | None = None) -> subprocess.CompletedProcess[str]:
-    paths = [str(ROOT)] + ([str(extra)] if extra else [])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    env = child_env(*([extra] if extra else []))
     return subprocess.run(
         [sys.executable, "-m", "verification", *args],
         cwd=ROOT,
@@ -55,7 +55,7 @@ def test_check_exits_1_and_writes_a_reproducer_that_fails(bcg_kind, tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     scripts = list(report.glob("*.py"))
     assert scripts, done.stdout
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     rerun = subprocess.run(
         [sys.executable, str(scripts[0])],
         cwd=ROOT,

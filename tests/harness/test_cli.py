@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.child_env import child_env
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cli(
     *args: str, extra_path: Path | None = None, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
-    paths = [str(ROOT)] + ([str(extra_path)] if extra_path else [])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    env = child_env(*([extra_path] if extra_path else []))
     return subprocess.run(
         [sys.executable, "-m", "verification", *args],
         cwd=cwd,
@@ -111,7 +112,7 @@ def test_certify_writes_certificate_and_says_when_simulated(bcg_kind, tmp_path):
     done = _cli(
         "certify", "--device", bcg_kind, "--examples", "3", "--no-sensitivity", "--out", str(out)
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr
     cert = json.loads((out / "certificate.json").read_text())
     assert cert["passed"] and cert["checks"][0]["examples"] >= 1 and cert["device"] == bcg_kind
     assert cert["contract"]["name"] == "returns"
@@ -132,7 +133,7 @@ def test_a_simulator_run_hides_any_real_gpu_from_its_processes(tmp_path, device)
         f"pathlib.Path({str(seen)!r}).write_text(repr(os.environ.get('CUDA_VISIBLE_DEVICES')))\n"
         "from breakable_cudagraph import BreakableCUDAGraphCapture, eager_break_during_capture\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    env = child_env(tmp_path)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     done = subprocess.run(
         [sys.executable, "-m", "verification", "fuzz", "--target", "env_recording_target",

@@ -9,7 +9,6 @@ returns in place of a tensor is a finding, never a traceback of the harness.
 from __future__ import annotations
 
 import functools
-import os
 import runpy
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.child_env import child_env
 from verification.findings import TARGET_BUG
 from verification.fuzz import CampaignConfig, run_campaign
 from verification.planted.targets import BUGS, ENGINE_BUGS, build
@@ -38,7 +38,7 @@ SEEDS = {
 
 
 def _run_script(path: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     return subprocess.run(
         [sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )

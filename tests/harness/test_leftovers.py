@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.child_env import child_env
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SLOW_START_TARGET = """
@@ -32,11 +34,7 @@ class BreakableCUDAGraphCapture(_library.BreakableCUDAGraphCapture):
 
 
 def _env(*paths: Path, **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), *map(str, paths)]),
-        **extra,
-    }
+    return child_env(*paths) | extra
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import gc
-import os
 import signal
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from tests.child_env import child_env
 from tests.oracle_programs import OPS, TWO_BREAKS
 from verification.execute import collector_paused
 from verification.fuzz import CampaignConfig, run_isolated
@@ -80,8 +79,7 @@ def test_child_killed_by_a_signal_is_a_crash_finding(tmp_path, bcg_kind, monkeyp
         "class BreakableCUDAGraphCapture(BreakableCUDAGraphCapture):\n"
         "    def replay(self):\n        os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    root = str(Path(__file__).resolve().parents[2])
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), root]))
+    monkeypatch.setenv("PYTHONPATH", child_env(tmp_path)["PYTHONPATH"])
     monkeypatch.syspath_prepend(str(tmp_path))
     argv = ["fuzz", "--target", "aborting_target", "--device", bcg_kind, "--examples", "2"]
     config = CampaignConfig(target=load_target("aborting_target"), kind=bcg_kind)

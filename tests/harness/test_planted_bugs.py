@@ -5,13 +5,13 @@ Reproducers it writes fail while the bug is present and pass on the correct targ
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.child_env import child_env
 from verification.findings import Finding
 from verification.fuzz import CampaignConfig, run_campaign
 from verification.planted.targets import BUGS, ENGINE_BUGS, build
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_script(path: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     return subprocess.run(
         [sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )

@@ -4,7 +4,6 @@ all when output is not a terminal or under ``-q``, so logs and pipes stay clean.
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.child_env import child_env
 from verification.commands.progress import progress_bar
 
 
@@ -60,7 +60,7 @@ def test_a_piped_fuzz_run_prints_no_progress(tmp_path):
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
         [sys.executable, "-m", "verification", "fuzz", "--device", "sim", "--examples", "2"],
-        cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+        cwd=root, env=child_env(),
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

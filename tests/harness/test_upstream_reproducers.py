@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.child_env import child_env
 from verification.targets.upstream import TARGET_PATH_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +75,7 @@ def test_reproducer_fails_on_the_engines_it_reports_and_passes_on_this_library(b
     done = subprocess.run(
         [sys.executable, "-c", RUNNER, str(REPRODUCERS / name), bcg_kind, *engines, LIBRARY],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=300,

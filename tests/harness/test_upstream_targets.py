@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.child_env import child_env
 from verification.errors import UsageError
 from verification.targets import load_target, upstream
 
@@ -36,11 +37,8 @@ def _run(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     return subprocess.run(
         [sys.executable, "-c", code],
         cwd=ROOT,
-        env={
-            **{k: v for k, v in os.environ.items() if k != upstream.TARGET_PATH_ENV},
-            "PYTHONPATH": str(ROOT),
-            **(env or {}),
-        },
+        env=child_env(base={k: v for k, v in os.environ.items() if k != upstream.TARGET_PATH_ENV})
+        | (env or {}),
         capture_output=True,
         text=True,
         timeout=300,

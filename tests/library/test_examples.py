@@ -1,11 +1,12 @@
 """The shipped examples run and report success (on the GPU if present, else the simulator)."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.child_env import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,7 @@ def test_break_op_example_replays_match_eager(script, says):
         text=True,
         timeout=300,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=child_env(),
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert says in done.stdout

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.child_env import child_env
+
 ROOT = Path(__file__).resolve().parents[2]
 _TIMEOUT = 300
 
@@ -99,12 +101,7 @@ def _runner(workdir: Path, database: str, *args: str) -> tuple[subprocess.Comple
     workdir.mkdir()
     (workdir / "test_rare.py").write_text(RARE_FAILURE)
     log = workdir / "tried.txt"
-    env = {
-        **os.environ,
-        "BCG_HYPOTHESIS_DB": database,
-        "TRIED_LOG": str(log),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
+    env = child_env() | {"BCG_HYPOTHESIS_DB": database, "TRIED_LOG": str(log)}
     for name in ("BCG_PROFILE", "BCG_DEVICE", "PYTEST_ADDOPTS"):
         env.pop(name, None)
     done = subprocess.run(

@@ -444,11 +444,17 @@ def _runs_problem(config: CheckConfig, default: int) -> str | None:
     for label, make, warmup in MADE:
         fn = Counted()
         count = default if warmup is None else warmup
+        caller = torch.cuda.current_stream()
         try:
-            with collector_paused():
+            # The stream is put back on leaving, so that a runner that moves it is named for
+            # that, and not for the wrong values its caller would then read unordered.
+            with torch.cuda.stream(caller), collector_paused():
                 result = make(runner_class(config), fn)(x)
+                moved = torch.cuda.current_stream() != caller
         except Exception as error:
             return f"{label}: making a runner and calling it raised {describe_error(error)}"
+        if moved:
+            return f"{label}: the caller's stream is not current after the call"
         if fn.runs != count + 1:
             return (
                 f"{label}: a new signature ran the function {fn.runs} times, expected "

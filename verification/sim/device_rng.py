@@ -31,21 +31,21 @@ class DeviceRNG:
         self.manual_seed(DEFAULT_SEED)
         self.capturing = False
         # Graphs that began a capture and still live, and the device seed and offset torch
-        # keeps for them: two 1-element int64 tensors (a 512-byte block each) allocated by
-        # the first capture's prologue (a capture_begin refused on the default stream, after
-        # registering, allocates nothing on the H200) and freed when the last graph is destroyed.
+        # keeps for them: two 1-element int64 tensors (a 512-byte block each) allocated when
+        # the first graph registers, so even by a capture_begin then refused on the default
+        # stream, and freed when the last registered graph is destroyed.
         self._graphs: set[int] = set()
         self._extragraph: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def register_graph(self, graph_id: int) -> None:
-        self._graphs.add(graph_id)
-
-    def capture_prologue(self) -> None:
-        """A capture begins: the generators' device seed and offset exist from now on."""
-        if self._extragraph is None and self._graphs:
+        if not self._graphs:
             self._extragraph = tuple(  # type: ignore[assignment]
                 torch.empty(1, dtype=torch.int64, device="cuda") for _ in range(2)
             )
+        self._graphs.add(graph_id)
+
+    def capture_prologue(self) -> None:
+        """A capture begins."""
         self.capturing = True
 
     def unregister_graph(self, graph_id: int) -> None:

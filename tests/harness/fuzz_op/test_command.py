@@ -4,7 +4,6 @@ plain words, findings reproduce through the user's module, and bad specs exit 2 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from tests.child_env import child_env
 from tests.faulty_ops import FAULTY
 from verification.cli import main
 from verification.fuzz import CampaignConfig, run_campaign
@@ -26,7 +26,7 @@ EXAMPLES = ("examples.varlen_attention:SPEC", "examples.masked_compaction:SPEC")
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+    return child_env()
 
 
 @pytest.mark.parametrize("name", list(FAULTY))
@@ -72,7 +72,7 @@ def test_campaign_finds_host_lengths_cached_per_buffer_and_reproducer_fails(bcg_
     done = subprocess.run(
         [sys.executable, str(result.reproducer_paths[0])],
         cwd=tmp_path,
-        env={k: v for k, v in _env().items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(ROOT)},
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=300,

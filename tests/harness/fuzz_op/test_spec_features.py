@@ -5,7 +5,6 @@ every malformed spec one line and exit 2."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.child_env import child_env
 from tests.faulty_ops import CLEAN_FEATURES, FAULTY_FEATURES
 from verification.cli import main
 from verification.fuzz import CampaignConfig, run_campaign
@@ -139,7 +139,7 @@ def test_campaign_alone_finds_state_kept_across_calls_and_reproducer_fails(
     done = subprocess.run(
         [sys.executable, str(result.reproducer_paths[0])],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=300,
@@ -217,7 +217,7 @@ def test_fuzz_op_blames_the_op_for_state_it_keeps_and_writes_every_reproducer(bc
             str(tmp_path),
         ],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -236,7 +236,7 @@ def test_fuzz_op_blames_the_op_for_state_it_keeps_and_writes_every_reproducer(bc
         rerun = subprocess.run(
             [sys.executable, str(tmp_path / script)],
             cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            env=child_env(),
             capture_output=True,
             text=True,
             timeout=300,
@@ -268,7 +268,7 @@ def test_a_target_bug_under_a_correct_op_stays_a_target_bug(bcg_kind, tmp_path):
             "--no-isolate",
         ],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])},
+        env=child_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=600,
@@ -293,7 +293,7 @@ def test_an_op_raising_on_capture_time_values_is_an_op_bug(tmp_path):
             "40",
         ],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=600,

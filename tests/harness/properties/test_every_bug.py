@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.child_env import child_env
 from verification.planted.check_targets import VARIANTS, build
 from verification.properties.processes import run_properties
 from verification.targets import load_target
@@ -29,7 +30,7 @@ def _check_command(
         "from verification.planted.check_targets import build\n"
         f"globals().update({{k: v for k, v in vars(build({variant!r})).items() if k != '__name__'}})\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    env = child_env(tmp_path)
     argv = ["check", prop, "--target", module.stem, "--device", kind, "--examples", str(examples)]
     return subprocess.run(
         [sys.executable, "-m", "verification", *argv, "--cycles", str(CI_CYCLES)],
@@ -96,8 +97,11 @@ def test_a_leak_after_a_fault_at_a_call_made_once_is_found_and_stops_the_check(
     findings = _check(variant, "faults", bcg_kind, tmp_path)
     (message,) = _failing(findings)
     assert point in message and "still active" in message
-    # What followed would only report the capture left active.
-    assert "skipped" in [kind for kind, _ in findings]
+    # What followed would only report the capture left active: in this process the rest of
+    # the check is skipped; through the command line it goes on in a fresh process, which
+    # reported nothing more (one failing finding above).
+    if bcg_kind == "sim":
+        assert "skipped" in [kind for kind, _ in findings]
 
 
 def test_in_one_process_the_checks_after_a_target_left_unusable_are_skipped(bcg_kind, tmp_path):

@@ -5,7 +5,6 @@ with the bug planted and passes on the library."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.child_env import child_env
 from tests.reproducer_scripts import imports, run_each_main
 from verification.ops.spec import TensorMeta
 from verification.planted.property_targets import build
@@ -120,7 +120,7 @@ def _foreign_imports(path: Path, target: Target, kind: str) -> set[str]:
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, env=env, timeout=600, cwd="/"
     )

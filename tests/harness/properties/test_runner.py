@@ -3,7 +3,6 @@ planted runner bug, and a target without a runner is reported not applicable."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from tests.child_env import child_env
 from tests.program_metas import value_metas
 from tests.property_checks import CI_CYCLES, check, failing
 from verification.findings import Finding
@@ -104,7 +104,7 @@ def _check_planted_runner(variant: str, kind: str, tmp_path: Path) -> list[Findi
         f"globals().update({{k: v for k, v in vars(build({variant!r})).items() "
         "if k != '__name__'})\n"
     )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path)])}
+    env = child_env(tmp_path)
     command = [sys.executable, "-m", "verification", "check", "runner", "--target", module.stem]
     command += ["--device", kind, "--examples", str(settings.default.max_examples)]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

@@ -4,11 +4,11 @@ the simulator on the simulator), fail on the buggy target and pass on the librar
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.child_env import child_env
 from tests.reproducer_scripts import imports, run_each_main
 from verification.planted.check_targets import build
 from verification.planted.property_targets import build as build_property_target
@@ -43,7 +43,7 @@ def _script(problem, target, kind: str, tmp_path: Path) -> Path:
 
 
 def _run(path: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env()
     return subprocess.run(
         [sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300
     )
