@@ -1,4 +1,4 @@
-"""Entry point of ``python -m verification``; see :mod:`verification.cli` for the commands."""
+"""Entry point of ``python -m verification``; see :mod:`verification.commands.cli` for the commands."""
 
 import os
 import sys
@@ -23,6 +23,6 @@ except ImportError:
     )
     sys.exit(2)
 
-from verification.cli import main  # noqa: E402
+from verification.commands.cli import main  # noqa: E402
 
 sys.exit(main())

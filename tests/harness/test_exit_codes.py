@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from verification import properties
-from verification.cli import build_parser, main
 from verification.commands import check
+from verification.commands.cli import build_parser, main
 from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK, EXIT_USAGE
 from verification.findings import HARNESS_ERROR, MEMORY_HELD, TARGET_BUG, Finding, exit_status
 from verification.properties import Property

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("cosmic_ray")
 
-from verification.cli import main
+from verification.commands.cli import main
 from verification.errors import UsageError
 from verification.mutation import MutationConfig, run_mutation
 from verification.mutation.equivalence import equivalence_hint

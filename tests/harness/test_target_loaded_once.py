@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests import counting_target
-from verification.cli import main
+from verification.commands.cli import main
 
 TARGET = "tests.counting_target"
 

@@ -50,7 +50,7 @@ def test_missing_upstream_package_is_one_line_and_exit_2(engine):
     # find_spec answering None is what an environment without the package sees.
     done = _run(
         "import importlib.util as u; u.find_spec = lambda name, *a: None\n"
-        "from verification.cli import main\n"
+        "from verification.commands.cli import main\n"
         f"raise SystemExit(main(['fuzz', '--target', 'verification.targets.{engine}']))"
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
@@ -59,7 +59,7 @@ def test_missing_upstream_package_is_one_line_and_exit_2(engine):
 
 def test_target_path_that_is_not_a_folder_is_a_usage_error(tmp_path):
     done = _run(
-        "from verification.cli import main\n"
+        "from verification.commands.cli import main\n"
         "raise SystemExit(main(['fuzz', '--target', 'verification.targets.vllm', "
         f"'--target-path', {str(tmp_path / 'none')!r}]))"
     )

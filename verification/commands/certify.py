@@ -35,7 +35,7 @@ from verification.commands.progress import progress_bar
 from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK
 from verification.findings import HARNESS_ERROR
 from verification.mutation.engine import require_cosmic_ray
-from verification.profiles import (
+from verification.plugin.profiles import (
     CERTIFY_PROFILES,
     DEFAULT_CERTIFY_PROFILE,
     PROFILE_MEANINGS,

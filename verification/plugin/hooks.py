@@ -20,13 +20,13 @@ import pytest
 # None of these imports torch or hypothesis: everything that does is imported where used.
 from verification.devices import DEVICE_CHOICES, TORCH_DEVICE, DeviceKind
 from verification.errors import UsageError
+from verification.plugin.profiles import PROFILE_MEANINGS, PROFILES, PYTEST_PROFILES
 from verification.plugin.shard import UNSHARDED, FuzzChunk, Shard, parse_shard
-from verification.profiles import PROFILE_MEANINGS, PROFILES, PYTEST_PROFILES
 
 # verification.targets.DEFAULT_TARGET, written out because importing that package pulls in
 # the target machinery; tests/plugin/test_host_project.py checks that the two agree.
 DEFAULT_TARGET = "breakable_cudagraph"
-# Hypothesis profile bcg-NAME runs the examples of verification.profiles' NAME.
+# Hypothesis profile bcg-NAME runs the examples of verification.plugin.profiles' NAME.
 HYPOTHESIS_PROFILES = {f"bcg-{name}": PROFILES[name].examples for name in PYTEST_PROFILES}
 
 # Marker -> (the device kind it needs, why it is skipped elsewhere).

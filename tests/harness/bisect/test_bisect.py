@@ -9,8 +9,8 @@ import pytest
 
 import tests.harness.bisect.early_breaks  # noqa: F401  (imported before bisect: see the module)
 from tests.harness.bisect.planted_models import bug_line
-from verification import cli
 from verification.bisect import bisect
+from verification.commands import cli
 from verification.planted.targets import build
 from verification.targets import load_target
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.child_env import child_env
 from tests.faulty_ops import FAULTY
-from verification.cli import main
+from verification.commands.cli import main
 from verification.fuzz import CampaignConfig, run_campaign
 from verification.targets import load_target
 from verification.userops.campaign import load_user_ops, op_campaign

@@ -14,7 +14,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from verification.cli import main
+from verification.commands.cli import main
 from verification.execute import run_eager
 from verification.ops import ALL_OPS
 from verification.ops.kernels import has_kernel

@@ -1,6 +1,6 @@
 """The import a spec file uses: ``from verification import BreakOpSpec, TensorArg``, the exact
-set of public names pinned, loaded lazily (no torch for ``--help``), and the paths spec files
-used before (``verification.userops.spec``, ``verification.opspec``) still working."""
+set of public names pinned, loaded lazily (no torch for ``--help``), and the module path spec files
+used before (``verification.userops.spec``) still working."""
 
 from __future__ import annotations
 
@@ -30,16 +30,12 @@ def test_importing_the_package_loads_neither_torch_nor_the_spec_module():
 def test_a_spec_written_against_an_older_import_path_still_loads(tmp_path, monkeypatch):
     from verification import BreakOpSpec
 
-    for module, path in (
-        ("old_opspec_ops", "verification.opspec"),
-        ("deep_ops", "verification.userops.spec"),
-    ):
-        source = (ROOT / "examples" / "varlen_attention.py").read_text()
-        source = source.replace("from verification import", f"from {path} import")
-        (tmp_path / f"{module}.py").write_text(source)
-        monkeypatch.syspath_prepend(str(tmp_path))
-        loaded = load_spec(f"{module}:SPEC")
-        assert isinstance(loaded.spec, BreakOpSpec) and loaded.spec.op_name == "varlen_attention"
+    source = (ROOT / "examples" / "varlen_attention.py").read_text()
+    source = source.replace("from verification import", "from verification.userops.spec import")
+    (tmp_path / "deep_ops.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    loaded = load_spec("deep_ops:SPEC")
+    assert isinstance(loaded.spec, BreakOpSpec) and loaded.spec.op_name == "varlen_attention"
 
 
 def test_the_docs_and_examples_use_the_public_import():

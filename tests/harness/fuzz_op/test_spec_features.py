@@ -14,7 +14,7 @@ import torch
 
 from tests.child_env import child_env
 from tests.faulty_ops import CLEAN_FEATURES, FAULTY_FEATURES
-from verification.cli import main
+from verification.commands.cli import main
 from verification.fuzz import CampaignConfig, run_campaign
 from verification.ops.spec import TensorMeta
 from verification.targets import load_target

@@ -1,5 +1,5 @@
 """Command line: ``python -m verification fuzz|check|fuzz-op|certify|mutate|bisect ...``: the parser
-and the dispatch; each command lives in :mod:`verification.commands`.
+and the dispatch; each command is a module beside this one.
 
 Exit status 0 means nothing was found, 1 a bug of the target or of an op (a reproducer is
 printed), 2 a usage error, printed as one ``error: ...`` line on stderr
