@@ -10,6 +10,7 @@ proves the stages really load the scratch copy and not an installed target.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import queue
 import random
@@ -18,10 +19,12 @@ import signal
 import subprocess
 import tempfile
 import time
+import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import verification
 from verification.devices import DeviceKind
@@ -31,14 +34,33 @@ from verification.mutation.operators import selected
 from verification.mutation.source import TargetSource, find_source
 from verification.mutation.stages import PYTHON, Stage, build_stages
 
-try:  # an optional extra: fuzz and certify work without it
-    import cosmic_ray.plugins
-    from cosmic_ray.commands.init import init as cosmic_ray_init
-    from cosmic_ray.mutating import use_mutation
-    from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import MutationSpec, TestOutcome, WorkerOutcome, WorkResult
-except ImportError:  # pragma: no cover - depends on the environment
-    cosmic_ray = None
+if TYPE_CHECKING:
+    from cosmic_ray.work_item import MutationSpec
+
+
+@functools.cache
+def _cosmic_ray() -> types.SimpleNamespace | None:
+    """cosmic-ray's parts, imported on first use: an optional extra, and a tenth of a second
+    (with SQLAlchemy) that every other command would pay at start-up. None when missing."""
+    try:
+        import cosmic_ray.plugins
+        from cosmic_ray.commands.init import init
+        from cosmic_ray.mutating import use_mutation
+        from cosmic_ray.work_db import WorkDB, use_db
+        from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+    except ImportError:  # pragma: no cover - depends on the environment
+        return None
+    return types.SimpleNamespace(
+        plugins=cosmic_ray.plugins,
+        init=init,
+        use_mutation=use_mutation,
+        WorkDB=WorkDB,
+        use_db=use_db,
+        TestOutcome=TestOutcome,
+        WorkerOutcome=WorkerOutcome,
+        WorkResult=WorkResult,
+    )
+
 
 _CANARY = 'raise ImportError("mutation canary: the scratch copy of the target was loaded")\n'
 
@@ -170,9 +192,10 @@ class _Worker:
 
 def _enumerate(source: TargetSource, root: Path, session: Path) -> list[MutationSpec]:
     paths = [root / f for f in source.files]
-    with use_db(str(session), WorkDB.Mode.create) as db:
-        selection = {n: {} for n in cosmic_ray.plugins.operator_names() if selected(n)}
-        cosmic_ray_init(paths, db, {})
+    cr = _cosmic_ray()
+    with cr.use_db(str(session), cr.WorkDB.Mode.create) as db:
+        selection = {n: {} for n in cr.plugins.operator_names() if selected(n)}
+        cr.init(paths, db, {})
         keep = [item for item in db.work_items if item.mutations[0].operator_name in selection]
     specs = [item.mutations[0] for item in keep]
     return sorted(specs, key=lambda s: (str(s.module_path), s.start_pos, s.operator_name))
@@ -183,7 +206,8 @@ def _place(spec: MutationSpec, root: Path) -> tuple[str, int]:
 
 
 def _job_ids(session: Path) -> dict[tuple[str, str, int], str]:
-    with use_db(str(session), WorkDB.Mode.open) as db:
+    cr = _cosmic_ray()
+    with cr.use_db(str(session), cr.WorkDB.Mode.open) as db:
         return {
             (str(m.module_path), m.operator_name, m.occurrence): item.job_id
             for item in db.work_items
@@ -216,9 +240,10 @@ def _diff(before: str, after: str, name: str) -> str:
 
 
 def _judge(worker: _Worker, spec: MutationSpec, relative: str) -> Mutant | None:
-    operator = cosmic_ray.plugins.get_operator(spec.operator_name)()
+    cr = _cosmic_ray()
+    operator = cr.plugins.get_operator(spec.operator_name)()
     path = worker.root / relative
-    with use_mutation(path, operator, spec.occurrence) as (before, after):
+    with cr.use_mutation(path, operator, spec.occurrence) as (before, after):
         if after is None:
             return None
         killed_by, _ = worker.first_failure()
@@ -234,7 +259,7 @@ def _judge(worker: _Worker, spec: MutationSpec, relative: str) -> Mutant | None:
 
 def require_cosmic_ray() -> None:
     """A usage error unless cosmic-ray is installed: checked before any work starts."""
-    if cosmic_ray is None:
+    if _cosmic_ray() is None:
         raise UsageError(
             "mutation testing needs cosmic-ray: pip install 'breakable-cudagraph[mutation]'"
         )
@@ -311,15 +336,17 @@ def run_mutation(config: MutationConfig) -> MutationResult:
 
 def _record(session: Path, result: MutationResult) -> None:
     """Stores verdicts in the cosmic-ray session, so ``cr-report`` and ``cr-html`` read it."""
-    with use_db(str(session), WorkDB.Mode.open) as db:
+    cr = _cosmic_ray()
+    with cr.use_db(str(session), cr.WorkDB.Mode.open) as db:
         for mutant in result.mutants:
-            outcome = TestOutcome.SURVIVED if mutant.killed_by is None else TestOutcome.KILLED
+            killed = mutant.killed_by is not None
+            outcome = cr.TestOutcome.KILLED if killed else cr.TestOutcome.SURVIVED
             db.set_result(
                 mutant.job_id,
-                WorkResult(
+                cr.WorkResult(
                     output=mutant.killed_by or "",
                     diff=mutant.diff,
                     test_outcome=outcome,
-                    worker_outcome=WorkerOutcome.NORMAL,
+                    worker_outcome=cr.WorkerOutcome.NORMAL,
                 ),
             )
