@@ -62,12 +62,15 @@ def main(name):
         old = capture_with(torch.cuda.graph_pool_handle())
         with old:
             halve(x * 2)
-        cycle = [old]
-        cycle.append(cycle)  # garbage only the cyclic collector can free
         capture = capture_with(torch.cuda.graph_pool_handle())
         thresholds = gc.get_threshold()
         with capture:  # raises here while the bug is present
             y = x * 3
+            # Garbage only the cyclic collector can free, made here so that it is still in
+            # the young generation the next collection looks at (made earlier, a collection
+            # meanwhile may have moved it to an older one, which that collection skips).
+            cycle = [old]
+            cycle.append(cycle)
             del old, cycle
             gc.set_threshold(1, *thresholds[1:])  # the collector runs at the next allocation
             _ = [[] for _ in range(64)]
