@@ -6,6 +6,11 @@ nothing alive and frees nothing) and keeping every other tensor by strong refere
 stops its memory being freed and reused under the eager step. Pool memory stays reserved while the
 capture's graphs live, and the capture owns both the graphs and the aliases, so an alias is never
 read after its memory could be handed to anyone else.
+
+An alias is a function of what it is made of (storage address and size, device, dtype, offset,
+shape, strides), so one is made per such description and given to every break that passes a
+tensor of that description while the capture is open: the same tensor passed twice, and the
+same intermediate of the next layer, which the allocator puts where the last one was.
 """
 
 from __future__ import annotations
@@ -44,9 +49,19 @@ class PoolMemory:
         self._ranges: list[tuple[int, int]] = []
         self._outside: set[int] = set()
         self.held: dict[int, tuple[torch.Tensor, int]] = {}
+        # alias key (see _alias_key) -> the alias made for it; only pool memory has one.
+        self.aliases: dict[tuple[Any, ...], torch.Tensor] = {}
 
     def forget_held(self) -> None:
         self.held = {}
+        self.aliases = {}
+
+    def alias(self, tensor: torch.Tensor, key: tuple[Any, ...]) -> torch.Tensor:
+        """The alias of pool tensor ``tensor`` (whose :func:`_alias_key` is ``key``)."""
+        alias = self.aliases.get(key)
+        if alias is None:
+            alias = self.aliases[key] = non_owning_alias(tensor)
+        return alias
 
     def _refresh(self) -> None:
         self._ranges = [
@@ -77,8 +92,9 @@ class PoolMemory:
         return found
 
 
-def _alias_address(tensor: torch.Tensor) -> int | None:
-    """The address of ``tensor``'s storage if a non-owning alias can stand in for it, else None."""
+def _alias_key(tensor: torch.Tensor) -> tuple[Any, ...] | None:
+    """What a non-owning alias of ``tensor`` is made of, its storage's address first, if one
+    can stand in for it; else None."""
     # Only plain strided tensors can be rebuilt exactly from (storage, offset, size, stride);
     # anything else (subclasses, sparse, conj/neg views, empty storage) is held strongly.
     if (
@@ -90,7 +106,18 @@ def _alias_address(tensor: torch.Tensor) -> int | None:
     ):
         return None
     storage = tensor.untyped_storage()
-    return storage.data_ptr() if storage.nbytes() > 0 else None
+    nbytes = storage.nbytes()
+    if not nbytes:
+        return None
+    return (
+        storage.data_ptr(),
+        nbytes,
+        tensor.device,
+        tensor.dtype,
+        tensor.storage_offset(),
+        tensor.shape,
+        tensor.stride(),
+    )
 
 
 def non_owning_alias(tensor: torch.Tensor) -> torch.Tensor:
@@ -107,21 +134,23 @@ def hold_for_replay(tree: Any, pool_memory: PoolMemory) -> Any:
     """``tree`` with pool tensors replaced by non-owning aliases and the rest held as they are."""
     # Keyed by id: the tree keeps every leaf alive meanwhile, and each tensor is inspected
     # once (the walk is most of a break's capture cost).
-    candidates: dict[int, int] = {}
+    candidates: dict[int, tuple[Any, ...]] = {}
     for tensor in tensor_leaves(tree):
         if id(tensor) not in candidates:
-            address = _alias_address(tensor)
-            if address is not None:
-                candidates[id(tensor)] = address
+            key = _alias_key(tensor)
+            if key is not None:
+                candidates[id(tensor)] = key
     if not candidates:
         return tree
-    in_pool = pool_memory.addresses_in_pool(candidates.values())
-    aliased = {key for key, address in candidates.items() if address in in_pool}
+    known = pool_memory.aliases  # pool memory stays the pool's: no need to look again
+    in_pool = pool_memory.addresses_in_pool(k[0] for k in candidates.values() if k not in known)
+    aliased = {i: k for i, k in candidates.items() if k in known or k[0] in in_pool}
     if not aliased:
         return tree  # nothing to replace: map_tensors would return tree itself
 
     def hold(tensor: torch.Tensor) -> torch.Tensor:
-        return non_owning_alias(tensor) if id(tensor) in aliased else tensor
+        key = aliased.get(id(tensor))
+        return tensor if key is None else pool_memory.alias(tensor, key)
 
     return map_tensors(tree, hold)
 
@@ -138,35 +167,35 @@ def hold_call_arguments(
     (each break pays this at capture)."""
     if kwargs or type(args) is not tuple:
         return hold_for_replay((args, kwargs), pool_memory)
-    held = pool_memory.held
-    for arg in args:  # the common case: every tensor already held strongly, not moved since
-        if type(arg) is torch.Tensor:
+    held, known = pool_memory.held, pool_memory.aliases
+    kept: list[Any] | None = None  # made once an argument is replaced
+    unknown: list[tuple[int, tuple[Any, ...]]] = []  # aliasable, not yet known to the pool
+    for index, arg in enumerate(args):
+        kind = type(arg)
+        if kind is torch.Tensor:
             entry = held.get(id(arg))
-            if entry is None or entry[1] != arg.data_ptr():
-                break
-        elif type(arg) not in _FLAT_LEAVES:
+            if entry is not None and entry[1] == arg.data_ptr():
+                continue  # held strongly before and not moved since: most breaks' buffers
+            key = _alias_key(arg)
+            if key is None:
+                continue
+            alias = known.get(key)
+            if alias is None:
+                unknown.append((index, key))
+                continue
+            if kept is None:
+                kept = list(args)
+            kept[index] = alias
+        elif kind not in _FLAT_LEAVES:
             return hold_for_replay((args, kwargs), pool_memory)
-    else:
-        return args, kwargs
-    addresses: list[int | None] = []
-    for arg in args:
-        if type(arg) is torch.Tensor:
-            addresses.append(_alias_address(arg))
-        elif type(arg) in _FLAT_LEAVES:
-            addresses.append(None)
-        else:
-            return hold_for_replay((args, kwargs), pool_memory)
-    wanted = [address for address in addresses if address is not None]
-    in_pool = pool_memory.addresses_in_pool(wanted) if wanted else None
-    for arg, address in zip(args, addresses):
-        # Only plain tensors that could have been aliased: data_ptr() is safe on them.
-        if address is not None and (not in_pool or address not in in_pool):
-            held[id(arg)] = (arg, arg.data_ptr())
-    if not in_pool:
-        return args, kwargs
-    # One alias per occurrence, as map_tensors makes.
-    aliased = tuple(
-        non_owning_alias(arg) if address in in_pool else arg
-        for arg, address in zip(args, addresses)
-    )
-    return aliased, kwargs
+    if unknown:
+        in_pool = pool_memory.addresses_in_pool(key[0] for _, key in unknown)
+        for index, key in unknown:
+            arg = args[index]
+            if key[0] in in_pool:
+                if kept is None:
+                    kept = list(args)
+                kept[index] = pool_memory.alias(arg, key)
+            else:  # a plain tensor that could have been aliased: data_ptr() is safe on it
+                held[id(arg)] = (arg, arg.data_ptr())
+    return (args, kwargs) if kept is None else (tuple(kept), kwargs)

@@ -107,6 +107,27 @@ def test_call_arguments_are_held_as_the_tree_walk_holds_them(bcg_device: str) ->
         assert [type(a) for a in fast_args] == [type(a) for a in walked_args]
 
 
+def test_one_alias_stands_for_every_pool_tensor_of_one_description(bcg_device: str) -> None:
+    capture = BreakableCUDAGraphCapture()
+    with capture:
+        inside = torch.ones(2, 6, device=bcg_device) * 2
+    pool = PoolMemory(capture.pool)
+    again = inside.view(2, 6)  # another tensor, the same storage, offset, shape and strides
+    rows, flat, bits = inside[0], inside.view(12), inside.view(torch.int32)
+    (a, b, c, d), _ = hold_call_arguments((inside, again, rows, flat), {}, pool)
+    assert a is b  # what the break is given at replay cannot tell them apart
+    # Views that start where it does keep their own shape and strides: never one alias for all.
+    assert (c.shape, d.shape) == ((6,), (12,)) and len({id(a), id(c), id(d)}) == 3
+    assert all(t.data_ptr() == inside.data_ptr() for t in (a, c, d))
+    (held,), _ = hold_for_replay(((inside,), {}), pool)
+    assert held is a  # the tree walk shares them too
+    (other,), _ = hold_call_arguments((bits,), {}, pool)  # same place and shape, other dtype
+    assert other.dtype == torch.int32 and other is not bits and torch.equal(other, bits)
+    pool.forget_held()
+    (fresh,), _ = hold_call_arguments((inside,), {}, pool)
+    assert fresh is not a and fresh.data_ptr() == inside.data_ptr()
+
+
 def test_outside_tensor_survives_caller_dropping_it_and_memory_churn(bcg_device: str) -> None:
     x = torch.zeros(256, device=bcg_device)
     out = torch.zeros(256, device=bcg_device)
