@@ -30,6 +30,10 @@ FAILS_ON = {
     "nested_capture_breaks_outer_capture.py": ("sglang",),
     "segment_collect_frees_earlier_graph.py": ("piecewise_cuda_graphs",),
 }
+# Shown on the simulator only: on the H200 (torch 2.11) piecewise-cuda-graphs passed this one in
+# two runs, so whether the collector breaks its capture there is open (results/upstream/README.md,
+# P4); on a GPU only this library's pass is asserted.
+SIMULATOR_ONLY = {"segment_collect_frees_earlier_graph.py"}
 LIBRARY = "breakable_cudagraph"
 # On the simulator the engine's module is the target's (its file, with stand-ins), registered
 # under its own name, so the reproducer's plain `from vllm... import` finds it. Each engine runs
@@ -83,7 +87,8 @@ def test_reproducer_fails_on_the_engines_it_reports_and_passes_on_this_library(b
     assert done.returncode == 0, done.stderr[-2000:]
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome.pop(LIBRARY) == "passed", outcome
-    assert all(result != "passed" for result in outcome.values()), outcome
+    if bcg_kind == "sim" or name not in SIMULATOR_ONLY:
+        assert all(result != "passed" for result in outcome.values()), outcome
 
 
 def test_every_reproducer_is_listed():

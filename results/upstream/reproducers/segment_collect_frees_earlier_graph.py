@@ -11,7 +11,8 @@ user is not, and the package does not say that this is the caller's duty.
 
 Run: ``python segment_collect_frees_earlier_graph.py piecewise_cuda_graphs`` (fails;
 ``breakable_cudagraph``, this library: passes, it keeps the collector off while capturing).
-Needs a GPU, or the harness's simulator.
+Needs a GPU, or the harness's simulator. It fails on the simulator; on the H200 (torch 2.11) it
+passed on the package in two runs, so the bug is unconfirmed on hardware (README.md, P4).
 """
 
 import gc
