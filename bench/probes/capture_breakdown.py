@@ -1,0 +1,141 @@
+"""GPU probe: where a capture set's sweep spends its time, against the minimal implementation.
+
+The sweep is ``bench.capture_sweep``'s (8 layers by default, the 67 sizes). Each variant runs in
+a fresh process, the order rotated every round, after one unmeasured process that takes the
+machine's first-use costs. Wrappers add up the time inside ``CUDAGraph.capture_begin`` and
+``capture_end`` and inside the library's holding of break arguments, and count the non-owning
+aliases made. Variants:
+
+* ``capture_set``: ``breakable_cudagraph.CaptureSet`` as it is;
+* ``strong``: the same with every break argument held strongly (no aliases: the minimal
+  implementation's memory, to price the aliasing);
+* ``shared``: aliases sharing one borrowed storage per allocation (a candidate that did not
+  pay);
+* ``minimal``: ``bench.minimal.MinimalCapture``.
+
+``python -m bench.probes.capture_breakdown [--rounds 4] [--variants capture_set,minimal]
+[--layers 8] [--out DIR]``: a line per process, then the medians; writes
+``capture_breakdown_<layers>.json`` to ``--out`` (default ``$OUT``, else the working folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+VARIANTS = ("capture_set", "strong", "shared", "minimal")
+
+
+def _timed(owner: Any, name: str, totals: dict[str, float], key: str) -> None:
+    """Wraps ``owner.name`` so that its calls add their seconds to ``totals[key]``."""
+    inner = getattr(owner, name)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return inner(*args, **kwargs)
+        finally:
+            totals[key] += time.perf_counter() - began
+
+    setattr(owner, name, wrapped)
+
+
+def measure(variant: str, layers: int) -> dict[str, Any]:
+    import torch
+
+    import breakable_cudagraph.arguments as arguments
+    import breakable_cudagraph.capture as capture
+    from bench import capture_sweep
+
+    totals = {"begin": 0.0, "end": 0.0, "hold": 0.0, "aliases": 0.0}
+    if variant == "strong":
+        arguments._construct_storage = None
+    if variant == "shared":
+        borrowed: dict[tuple[int, int], Any] = {}
+        construct = torch._C._construct_storage_from_data_pointer
+
+        def shared_alias(tensor: torch.Tensor) -> torch.Tensor:
+            storage = tensor.untyped_storage()
+            key = (storage.data_ptr(), storage.nbytes())
+            if key not in borrowed:
+                borrowed[key] = construct(key[0], tensor.device, key[1])
+            alias = tensor.new_empty(0)
+            return alias.set_(
+                borrowed[key], tensor.storage_offset(), tensor.size(), tensor.stride()
+            )
+
+        arguments.non_owning_alias = shared_alias
+    made = arguments.non_owning_alias
+
+    def counted(tensor: torch.Tensor) -> torch.Tensor:
+        totals["aliases"] += 1
+        return made(tensor)
+
+    arguments.non_owning_alias = counted
+    _timed(torch.cuda.CUDAGraph, "capture_begin", totals, "begin")
+    _timed(torch.cuda.CUDAGraph, "capture_end", totals, "end")
+    _timed(capture, "hold_call_arguments", totals, "hold")
+    column = "minimal" if variant == "minimal" else "capture_set"
+    row = capture_sweep.measure(column, capture_sweep.Shape(layers=layers), "cuda")
+    return {**row, **totals, "variant": variant}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--variants", default="capture_set,minimal")
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print("ROW " + json.dumps(measure(args.child, args.layers)))
+        return 0
+    variants = args.variants.split(",")
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
+    child = [sys.executable, "-m", "bench.probes.capture_breakdown", "--layers", str(args.layers)]
+    subprocess.run([*child, "--child", "minimal"], cwd=ROOT, capture_output=True)  # first use
+    rows = []
+    for round_ in range(args.rounds):
+        shift = round_ % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            done = subprocess.run(
+                [*child, "--child", variant], cwd=ROOT, capture_output=True, text=True, timeout=300
+            )
+            found = [line for line in done.stdout.splitlines() if line.startswith("ROW ")]
+            if not found:
+                print(f"{variant}: no row: {done.stderr[-1500:]}")
+                continue
+            row = json.loads(found[0][4:])
+            rows.append(row)
+            print(
+                f"round {round_} {variant}: capture {row['capture_s']:.3f} s, begin "
+                f"{row['begin']:.3f}, end {row['end']:.3f}, holding {row['hold']:.3f}, "
+                f"{row['aliases']:.0f} aliases, pool {row['pool_bytes'] / 2**20:.0f} MiB",
+                flush=True,
+            )
+    for variant in variants:
+        mine = [row for row in rows if row["variant"] == variant]
+        if mine:
+            medians = {
+                key: statistics.median(row[key] for row in mine)
+                for key in ("capture_s", "begin", "end", "hold")
+            }
+            print(f"median {variant} of {len(mine)}: " + json.dumps(medians))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"capture_breakdown_{args.layers}.json").write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
