@@ -531,6 +531,18 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "stream-order",
         _unordered_side_stream,
     ),
+    "capture_ignores_the_default_stream": (
+        "a capture entered from the default stream runs on a stream of its own that does not "
+        "wait for the default one (the check on the streams compares them the wrong way)",
+        "stream-order",
+        _edited(
+            "capture",
+            "        if self._stream != self._caller_stream:\n"
+            "            self._stream.wait_stream(self._caller_stream)\n",
+            "        if self._stream == self._caller_stream:\n"
+            "            self._stream.wait_stream(self._caller_stream)\n",
+        ),
+    ),
     "arguments_held_despite_declaring": (
         "break arguments held strongly by a target that declares it releases them",
         "pool",

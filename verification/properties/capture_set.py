@@ -48,7 +48,9 @@ def from_data(data: dict[str, Any] | None) -> CaptureSet:
 
 
 @st.composite
-def _capture_sets(draw: st.DrawFn, max_captures: int) -> CaptureSet:
+def _capture_sets(
+    draw: st.DrawFn, max_captures: int, streams: tuple[str, ...] = CAPTURE_STREAMS
+) -> CaptureSet:
     count = draw(st.integers(1, max_captures))
     sizes = tuple(
         sorted(
@@ -63,15 +65,18 @@ def _capture_sets(draw: st.DrawFn, max_captures: int) -> CaptureSet:
         sizes,
         replays,
         remake,
-        draw(st.sampled_from(CAPTURE_STREAMS)),
+        draw(st.sampled_from(streams)),
         draw(st.sampled_from(REPLAY_STREAMS)),
     )
 
 
-def capture_sets(max_captures: int = 3) -> st.SearchStrategy[CaptureSet]:
-    """Capture sets of up to ``max_captures`` sizes; shrinks towards one capture replayed
-    once on the default stream."""
-    return _capture_sets(max_captures)
+def capture_sets(
+    max_captures: int = 3, streams: tuple[str, ...] = CAPTURE_STREAMS
+) -> st.SearchStrategy[CaptureSet]:
+    """Capture sets of up to ``max_captures`` sizes, captured on one of ``streams`` (of
+    :data:`~verification.properties.runs.CAPTURE_STREAMS`); shrinks towards one capture
+    replayed once on the default stream."""
+    return _capture_sets(max_captures, streams)
 
 
 class CapturedSet:

@@ -49,7 +49,7 @@ from verification.properties.base import (
     timed,
 )
 from verification.properties.capture_set import CaptureSet, capture_sets
-from verification.properties.runs import pool_of, stream_left, takes_stream
+from verification.properties.runs import capture_streams, pool_of, stream_left, takes_stream
 from verification.search import symptom
 
 NAME = "engine"
@@ -235,10 +235,13 @@ def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
         kwargs: dict[str, Any] = {"pool": pool}
         around: Any = contextlib.nullcontext()
         given = torch.cuda.Stream() if capture_set.capture_stream == "given" else None
+        default = capture_set.capture_stream == "default"
         if given is not None and takes_stream(target):
             kwargs["stream"] = given
         elif given is not None:
             around = torch.cuda.stream(given)
+        elif default:  # the target picks the stream, which must wait for the default one
+            around = torch.cuda.stream(torch.cuda.default_stream())
         runner.wait_stream(caller)
         state.bias.clear()  # what the last replay set
         if biased[index % len(biased)]:  # a new tensor the replays copy into
@@ -247,6 +250,8 @@ def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
             model.forward(tokens[:size], last[:size], seq_lens[:size], metadata, state, breaks)
             if given is not None:
                 given.wait_stream(runner)
+            if default:
+                torch.cuda.default_stream().wait_stream(runner)
             with around:
                 captures[index] = target.BreakableCUDAGraphCapture(**kwargs)
                 before = torch.cuda.current_stream()
@@ -257,6 +262,8 @@ def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
                 left = stream_left(before, f"the capture of batch size {size}")
             if given is not None:
                 runner.wait_stream(given)
+            if default:
+                runner.wait_stream(torch.cuda.default_stream())
         caller.wait_stream(runner)
         state.bias.clear()
         return left
@@ -441,11 +448,12 @@ def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
     return _runner_loop_problem(scenario, config) or sweep_problem(sizes, config)
 
 
-def scenarios() -> st.SearchStrategy[dict[str, Any]]:
-    """Engine scenarios as plain data: a capture set, and per capture whether a bias is set."""
+def scenarios(streams: tuple[str, ...]) -> st.SearchStrategy[dict[str, Any]]:
+    """Engine scenarios as plain data: a capture set captured on one of ``streams``, and per
+    capture whether a bias is set."""
     return st.builds(
         lambda capture_set, biased: {"capture_set": capture_set.as_data(), "biased": biased},
-        capture_sets(max_captures=3),
+        capture_sets(3, streams),
         st.lists(st.booleans(), min_size=1, max_size=4).map(tuple),
     )
 
@@ -478,7 +486,12 @@ def check(config: CheckConfig) -> CheckResult:
             fixed = scenario_of(functools.partial(engine_problem, scenario))
             return property_finding(NAME, "target-bug", problem, None, config.seed, fixed)
 
-        found.search(scenarios(), body, max(1, config.examples // COST), key=_key)
+        found.search(
+            scenarios(capture_streams(config.target)),
+            body,
+            max(1, config.examples // COST),
+            key=_key,
+        )
         return found.result()
 
     return timed(NAME, run)

@@ -56,6 +56,7 @@ from verification.properties.capture_set import (
 from verification.properties.memory import ArgumentWatch, held_bytes, scribble_freed
 from verification.properties.runs import (
     ProgramRun,
+    capture_streams,
     graph_pool_bytes,
     settle,
 )
@@ -621,7 +622,8 @@ def check(config: CheckConfig) -> CheckResult:
                 if problem is not None:
                     found.add(property_finding(NAME, "target-bug", problem, program, config.seed))
         strategy = st.tuples(
-            st.lists(program_strategy(config, ops=ops), min_size=2, max_size=3), capture_sets()
+            st.lists(program_strategy(config, ops=ops), min_size=2, max_size=3),
+            capture_sets(streams=capture_streams(config.target)),
         )
         found.search(strategy, body, max(1, config.examples // COST))
         examples, findings = found.result()

@@ -35,7 +35,7 @@ from verification.properties.capture_set import (
     capture_sets,
     from_data,
 )
-from verification.properties.runs import reserved, settle
+from verification.properties.runs import capture_streams, reserved, settle
 
 NAME = "repetition"
 WARM_UP = 3
@@ -115,7 +115,7 @@ def check(config: CheckConfig) -> CheckResult:
 
         programs = program_strategy(config).filter(lambda p: p.num_breaks > 0)
         # Two sizes show a set's leak; a third would triple every cycle's cost.
-        strategy = st.tuples(programs, capture_sets(max_captures=2))
+        strategy = st.tuples(programs, capture_sets(2, capture_streams(config.target)))
         # One long run is the point; a few programs cover different break layouts, or as many
         # as a time budget allows.
         cap = config.examples // 10 if config.seconds is not None else min(3, config.examples // 10)

@@ -1,8 +1,8 @@
 """Runs a generated program under a target the way every property needs it.
 
 :class:`ProgramRun` allocates static inputs (or takes the views it is given), warms up eagerly
-and captures once on a stream of its runner, never the default one, as an engine's runner
-does (optionally into a given pool, with extra capture keywords, with a hook called before
+on a stream of its runner, as an engine's runner does, and captures once there, on a stream
+it is given, or from the default stream (:data:`CAPTURE_STREAMS`; optionally into a given pool, with extra capture keywords, with a hook called before
 each step inside the capture, and with break functions wrapped);
 :meth:`ProgramRun.replay_problem` replays on fresh inputs, on the replay stream it was told,
 and compares with eager. After every capture and replay the caller's current stream must be
@@ -34,15 +34,26 @@ from verification.ops.spec import OpSpec
 from verification.oracle import compare, program_tolerance
 from verification.programs import Program, make_inputs, op_table
 from verification.targets import Target
+from verification.targets.contracts import SIDE_STREAM
 
 Hook = Callable[[int, dict[int, torch.Tensor]], None]
 Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 DEFAULT_POOL = (0, 0)
-# Where a capture runs: on the runner's own stream, or on a second stream it is given
-# (``stream=`` where the target takes it, else made current around the capture).
-CAPTURE_STREAMS = ("runner", "given")
+# Where a capture runs: on the runner's own stream, on a second stream it is given
+# (``stream=`` where the target takes it, else made current around the capture), or wherever
+# the target puts it when its caller is on the default stream, as a script's is (CUDA refuses
+# to capture there, so the target picks a stream, which must wait for the default one).
+CAPTURE_STREAMS = ("runner", "given", "default")
 # Where replays run: the default stream, the runner's stream, or a stream of neither.
 REPLAY_STREAMS = ("default", "runner", "other")
+
+
+def capture_streams(target: Target) -> tuple[str, ...]:
+    """The :data:`CAPTURE_STREAMS` to draw for ``target``: never the default stream for one
+    whose engine's runner only captures from a stream of its own."""
+    if SIDE_STREAM in target.caller_duties:
+        return tuple(s for s in CAPTURE_STREAMS if s != "default")
+    return CAPTURE_STREAMS
 
 
 def stream_left(before: torch.cuda.Stream, what: str) -> str | None:
@@ -134,6 +145,8 @@ class ProgramRun:
             kwargs["stream"] = given
         elif given is not None:
             around = torch.cuda.stream(given)
+        elif capture_stream == "default":
+            around = torch.cuda.stream(torch.cuda.default_stream())
         self.replay_stream = {
             "default": torch.cuda.default_stream(),
             "runner": runner,
@@ -146,6 +159,8 @@ class ProgramRun:
                 self.log.clear()  # the warm-up's calls
                 if given is not None:
                     given.wait_stream(runner)
+                if capture_stream == "default":  # the warm-up's writes, then the capture
+                    torch.cuda.default_stream().wait_stream(runner)
                 with around:
                     self.capture = target.BreakableCUDAGraphCapture(**kwargs)
                     self._seed(seed)
@@ -157,6 +172,8 @@ class ProgramRun:
                     self.problem = stream_left(before, "the capture")
                 if given is not None:
                     runner.wait_stream(given)
+                if capture_stream == "default":
+                    runner.wait_stream(torch.cuda.default_stream())
         finally:
             caller.wait_stream(runner)
         self.capture_log = self.log.take()

@@ -41,7 +41,7 @@ from verification.properties.capture_set import (
     capture_sets,
     from_data,
 )
-from verification.properties.runs import ProgramRun, stream_left
+from verification.properties.runs import ProgramRun, capture_streams, stream_left
 from verification.search import symptom
 
 NAME = "stream-order"
@@ -76,19 +76,37 @@ def _sleep(kind: DeviceKind, cycles: int = SLEEP_CYCLES) -> None:
 
 
 def witness_problem(config: CheckConfig) -> str | None:
-    """A graph feeding a break feeding a graph, amplified so that any missing order shows."""
-    target, kind, device = config.target, config.kind, config.device
-    elements = WITNESS_ELEMENTS if kind == "cuda" else 256
+    """A graph feeding a break feeding a graph, amplified so that any missing order shows,
+    captured from a side stream of the caller's, as an engine's runner captures."""
+    return _witness(config, torch.cuda.Stream())
 
-    @target.eager_break_during_capture
+
+def default_stream_witness_problem(config: CheckConfig) -> str | None:
+    """The witness captured with its caller on the default stream, as a script's is: CUDA
+    refuses to capture there, so the target picks the capture stream, which must wait for the
+    default stream's writes (the witness's inputs) and be waited for when the capture ends."""
+    return _witness(config, torch.cuda.default_stream())
+
+
+def _late_writer(config: CheckConfig) -> Any:
+    """The witness's break: reads what a graph made and writes late what the next one reads."""
+    kind = config.kind
+
+    @config.target.eager_break_during_capture
     def late_writer(h: torch.Tensor, out: torch.Tensor) -> None:
         fresh = h + 1  # reads the graph's output: stale unless ordered after it
         _sleep(kind, 2 * SLEEP_CYCLES)
         out.copy_(fresh)  # lands late: the next graph reads stale data unless joined
 
+    return late_writer
+
+
+def _witness(config: CheckConfig, side: torch.cuda.Stream) -> str | None:
+    target, kind, device = config.target, config.kind, config.device
+    elements = WITNESS_ELEMENTS if kind == "cuda" else 256
+    late_writer = _late_writer(config)
     x = torch.zeros(elements, device=device)
     out = torch.zeros(elements, device=device)
-    side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         h = x * 2
@@ -169,9 +187,89 @@ def _judged(config: CheckConfig, problem_of: Any, *args: Any) -> str | None:
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
     """Re-checks one finding's program (a reproducer calls this)."""
     capture_set = from_data(scenario.get("capture_set"))
-    return _judged(config, witness_problem) or _judged(
-        config, _amplified_problem, program, capture_set
+    return (
+        _judged(config, witness_problem)
+        or _default_witness(config)
+        or _judged(config, _amplified_problem, program, capture_set)
     )
+
+
+def runner_from_default_stream_problem(config: CheckConfig) -> str | None:
+    """The witness's chain through the target's runner, called from the default stream after
+    the caller wrote its input there: every call must order the runner's streams after the
+    caller's work and its result before the caller's next read."""
+    runner_class = getattr(config.target.module, "BreakableGraphRunner", None)
+    if runner_class is None:
+        return None
+    late_writer = _late_writer(config)
+    elements = WITNESS_ELEMENTS if config.kind == "cuda" else 256
+
+    def chain(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        late_writer(x * 2, out)
+        return out * 3
+
+    with torch.cuda.stream(torch.cuda.default_stream()):
+        x = torch.zeros(elements, device=config.device)
+        out = torch.zeros(elements, device=config.device)
+        runner = runner_class(chain)
+        for call, value in enumerate((1.0, -2.0, 3.0, -4.0)):
+            x.fill_(value)
+            with collector_paused():
+                y = runner(x, out)
+            if not torch.equal(y, torch.full_like(y, (2 * value + 1) * 3)):
+                return f"call {call} of the runner from the default stream read stale data"
+    return None
+
+
+def capture_set_from_default_stream_problem(config: CheckConfig) -> str | None:
+    """The witness's chain through the target's capture set (sizes 4 and 2), made and called
+    from the default stream after the caller wrote its batch there."""
+    capture_set = config.target.capture_set
+    if capture_set is None:
+        return None
+    late_writer = _late_writer(config)
+    width = 1024 if config.kind == "cuda" else 8
+
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        late_writer(x * 2, out)
+        return out * 3
+
+    with torch.cuda.stream(torch.cuda.default_stream()):
+        example = torch.zeros(1, width, device=config.device)
+        with collector_paused():
+            made = capture_set(chain, (4, 2), (example,))
+        for batch, value in ((2, 1.0), (3, -2.0), (4, 3.0), (1, -4.0)):
+            x = torch.full((batch, width), value, device=config.device)
+            with collector_paused():
+                y = made(x)
+            if not torch.equal(y, torch.full_like(x, (2 * value + 1) * 3)):
+                return f"a call at batch {batch} of a capture set from the default stream read stale data"
+    return None
+
+
+# What a script's caller does from the default stream, which an engine's runner never does.
+FROM_DEFAULT_STREAM = (
+    ("witness from the default stream", default_stream_witness_problem),
+    ("runner from the default stream", runner_from_default_stream_problem),
+    ("capture set from the default stream", capture_set_from_default_stream_problem),
+)
+
+
+def _default_witness(config: CheckConfig) -> str | None:
+    """The first problem of :data:`FROM_DEFAULT_STREAM`, for a target whose engine may
+    capture from the default stream."""
+    if "default" not in capture_streams(config.target):
+        return None
+    for label, scenario in FROM_DEFAULT_STREAM:
+        problem = _judged(config, scenario)
+        if problem is not None:
+            return f"{label}: {problem}"
+    return None
+
+
+def _finding(problem: str | None) -> Finding | None:
+    return None if problem is None else property_finding(NAME, "target-bug", problem)
 
 
 def check(config: CheckConfig) -> CheckResult:
@@ -184,6 +282,9 @@ def check(config: CheckConfig) -> CheckResult:
         found.examples += 1
         if problem is not None:
             found.add(property_finding(NAME, "target-bug", f"witness: {problem}"))
+        if found.going:
+            found.examples += 1
+            found.add(_finding(_default_witness(config)))
 
         def body(drawn: tuple[Program, CaptureSet]) -> Finding | None:
             program, capture_set = drawn
@@ -196,7 +297,7 @@ def check(config: CheckConfig) -> CheckResult:
             return property_finding(NAME, "target-bug", problem, program, config.seed, scenario)
 
         programs = program_strategy(config).filter(lambda p: p.num_breaks > 0)
-        strategy = st.tuples(programs, capture_sets(max_captures=2))
+        strategy = st.tuples(programs, capture_sets(2, capture_streams(config.target)))
         found.search(strategy, body, max(1, config.examples // 2), key=_key)
         return found.result()
 

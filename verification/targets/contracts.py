@@ -7,8 +7,8 @@ returns too. ``no-device-returns`` is stricter than ``out-buffer``: a break retu
 tensor at all (None, or host values), and a target that raises on one is right
 (``breakable-cuda-graphs``, Meta's ``piecewise-cuda-graphs``). A contract also states what the engine's caller guarantees (:data:`DUTIES`): vLLM's
 and SGLang's runners freeze the collector around captures and capture from one thread at a time,
-so the harness does the same for targets judged by them, and a target's reliance on a duty is a
-note, not a bug. A target that declares :data:`GUARDS_ITSELF` is tested without them. A target
+and only from a stream of their own (``graph_capture``'s), so the harness does the same for targets
+judged by them, and a target's reliance on a duty is a note, not a bug. A target that declares :data:`GUARDS_ITSELF` is tested without them. A target
 declares its contract with a module attribute (:data:`DECLARATION`); undeclared targets are
 judged by ``out-buffer``, the contract of upstream vLLM.
 """
@@ -26,9 +26,11 @@ from verification.errors import UsageError
 # What an engine's runner guarantees around its captures, as "relies on its caller to ...".
 COLLECTOR = "collector"
 ONE_CAPTURING_THREAD = "one-capturing-thread"
+SIDE_STREAM = "side-stream"
 DUTIES: dict[str, str] = {
     COLLECTOR: "freeze the collector around captures",
     ONE_CAPTURING_THREAD: "capture from one thread at a time",
+    SIDE_STREAM: "capture from a stream of its own, never from the default stream",
 }
 # ``GUARDS_ITSELF = True``: the target needs none of its caller's duties (this library).
 GUARDS_ITSELF = "GUARDS_ITSELF"
@@ -60,8 +62,9 @@ CONTRACTS: dict[str, Contract] = {
             refreshes_returns=False,
             summary="a break writes into caller-provided tensors and returns None or an "
             "argument unchanged; a fresh tensor it returns is not refreshed at replay (vLLM)",
-            # gpu_model_runner.py: freeze_gc_for_cudagraph_capture, one capture loop.
-            caller_duties=(COLLECTOR, ONE_CAPTURING_THREAD),
+            # gpu_model_runner.py: freeze_gc_for_cudagraph_capture, one capture loop, inside
+            # graph_capture()'s stream.
+            caller_duties=(COLLECTOR, ONE_CAPTURING_THREAD, SIDE_STREAM),
             caller="vLLM's runner",
         ),
         Contract(
@@ -82,8 +85,9 @@ CONTRACTS: dict[str, Contract] = {
             refreshes_returns=True,
             summary="a tensor a break returns is refreshed at every replay, copied into the "
             "capture-time result (SGLang's _copy_output)",
-            # base_cuda_graph_runner.py: freeze_gc around the capture loop, one runner thread.
-            caller_duties=(COLLECTOR, ONE_CAPTURING_THREAD),
+            # base_cuda_graph_runner.py: freeze_gc around the capture loop, one runner thread,
+            # inside graph_capture()'s stream.
+            caller_duties=(COLLECTOR, ONE_CAPTURING_THREAD, SIDE_STREAM),
             caller="SGLang's runner",
         ),
     )

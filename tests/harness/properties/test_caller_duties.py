@@ -21,7 +21,12 @@ from verification.properties.faults import collector_problem
 from verification.properties.processes import run_properties
 from verification.properties.threads import _bug
 from verification.targets import load_target
-from verification.targets.contracts import COLLECTOR, ONE_CAPTURING_THREAD, get_contract
+from verification.targets.contracts import (
+    COLLECTOR,
+    ONE_CAPTURING_THREAD,
+    SIDE_STREAM,
+    get_contract,
+)
 
 
 def _redeclared(target: Any, **declarations: Any) -> SimpleNamespace:
@@ -32,7 +37,7 @@ def _redeclared(target: Any, **declarations: Any) -> SimpleNamespace:
 def test_vllm_and_sglang_contracts_carry_both_duties_and_the_library_guards_itself():
     for name, runner in (("out-buffer", "vLLM's runner"), ("sglang", "SGLang's runner")):
         contract = get_contract(name)
-        assert set(contract.caller_duties) == {COLLECTOR, ONE_CAPTURING_THREAD}
+        assert set(contract.caller_duties) == {COLLECTOR, ONE_CAPTURING_THREAD, SIDE_STREAM}
         assert contract.reliance_note(COLLECTOR) == (
             f"relies on its caller to freeze the collector around captures; {runner} does"
         )

@@ -18,6 +18,25 @@ def test_eager_steps_on_an_unordered_side_stream_are_found_every_time(bcg_kind, 
         assert findings
 
 
+def test_a_capture_from_the_default_stream_that_does_not_wait_for_it_is_found(bcg_kind, tmp_path):
+    # The witness captured from the default stream finds it every time, whatever is drawn.
+    (finding, *_) = failing(
+        check("stream-order", "capture_ignores_the_default_stream", bcg_kind, tmp_path)
+    )
+    assert "witness from the default stream" in finding.message, finding.message
+
+
+def test_a_target_whose_runner_captures_from_its_own_stream_is_never_captured_from_the_default(
+    bcg_kind, bcg_device
+):
+    from verification.properties.runs import CAPTURE_STREAMS, capture_streams
+    from verification.targets import load_target
+
+    assert capture_streams(load_target("breakable_cudagraph")) == CAPTURE_STREAMS
+    vllm_minimal = load_target("verification.planted.vllm_minimal")
+    assert "default" not in capture_streams(vllm_minimal)
+
+
 def test_a_target_that_raises_is_a_finding_not_a_crashed_check(bcg_kind, bcg_device):
     # The PyPI peer refuses breaks that return a tensor; on the H200 that killed the check.
     import types
