@@ -194,6 +194,37 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
     )
 
 
+def capture_time_read_problem(config: CheckConfig) -> str | None:
+    """A break at capture reads what its caller wrote on the default stream just before the
+    capture (the write made late by a sleep before it) and keeps it, as an engine's break
+    writes its KV cache at capture: its capture-time run must see that write, so the capture's
+    stream must wait for the default one. Replays alone cannot show this on a GPU."""
+    elements = WITNESS_ELEMENTS if config.kind == "cuda" else 256
+
+    @config.target.eager_break_during_capture
+    def keep(x: torch.Tensor, kept: torch.Tensor) -> None:
+        kept.copy_(x)
+
+    with torch.cuda.stream(torch.cuda.default_stream()):
+        x = torch.zeros(elements, device=config.device)
+        kept = torch.zeros(elements, device=config.device)
+        torch.cuda.synchronize()
+        _sleep(config.kind)
+        x.fill_(5.0)
+        capture = config.target.BreakableCUDAGraphCapture()
+        with collector_paused(), capture:
+            _ = x * 2  # a graph before the break, as breaks sit between graphs
+            keep(x, kept)  # at capture the break runs for real, on the caller's input
+            _ = kept * 2
+    torch.cuda.synchronize()
+    if not torch.equal(kept, torch.full_like(kept, 5.0)):
+        return (
+            "a break at capture read its input before the caller's write on the default "
+            "stream landed: the capture's stream does not wait for its caller's"
+        )
+    return None
+
+
 def runner_from_default_stream_problem(config: CheckConfig) -> str | None:
     """The witness's chain through the target's runner, called from the default stream after
     the caller wrote its input there: every call must order the runner's streams after the
@@ -250,6 +281,7 @@ def capture_set_from_default_stream_problem(config: CheckConfig) -> str | None:
 
 # What a script's caller does from the default stream, which an engine's runner never does.
 FROM_DEFAULT_STREAM = (
+    ("capture from the default stream", capture_time_read_problem),
     ("witness from the default stream", default_stream_witness_problem),
     ("runner from the default stream", runner_from_default_stream_problem),
     ("capture set from the default stream", capture_set_from_default_stream_problem),

@@ -23,7 +23,7 @@ def test_a_capture_from_the_default_stream_that_does_not_wait_for_it_is_found(bc
     (finding, *_) = failing(
         check("stream-order", "capture_ignores_the_default_stream", bcg_kind, tmp_path)
     )
-    assert "witness from the default stream" in finding.message, finding.message
+    assert "from the default stream" in finding.message, finding.message
 
 
 def test_a_target_whose_runner_captures_from_its_own_stream_is_never_captured_from_the_default(
