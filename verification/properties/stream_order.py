@@ -41,6 +41,7 @@ from verification.properties.capture_set import (
     capture_sets,
     from_data,
 )
+from verification.properties.runner import runner_class
 from verification.properties.runs import ProgramRun, capture_streams, stream_left
 from verification.search import symptom
 
@@ -229,8 +230,8 @@ def runner_from_default_stream_problem(config: CheckConfig) -> str | None:
     """The witness's chain through the target's runner, called from the default stream after
     the caller wrote its input there: every call must order the runner's streams after the
     caller's work and its result before the caller's next read."""
-    runner_class = getattr(config.target.module, "BreakableGraphRunner", None)
-    if runner_class is None:
+    runner = runner_class(config)
+    if runner is None:
         return None
     late_writer = _late_writer(config)
     elements = WITNESS_ELEMENTS if config.kind == "cuda" else 256
@@ -242,11 +243,11 @@ def runner_from_default_stream_problem(config: CheckConfig) -> str | None:
     with torch.cuda.stream(torch.cuda.default_stream()):
         x = torch.zeros(elements, device=config.device)
         out = torch.zeros(elements, device=config.device)
-        runner = runner_class(chain)
+        chained = runner(chain)
         for call, value in enumerate((1.0, -2.0, 3.0, -4.0)):
             x.fill_(value)
             with collector_paused():
-                y = runner(x, out)
+                y = chained(x, out)
             if not torch.equal(y, torch.full_like(y, (2 * value + 1) * 3)):
                 return f"call {call} of the runner from the default stream read stale data"
     return None
