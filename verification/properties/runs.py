@@ -2,8 +2,9 @@
 
 :class:`ProgramRun` allocates static inputs (or takes the views it is given), warms up eagerly
 on a stream of its runner, as an engine's runner does, and captures once there, on a stream
-it is given, or from the default stream (:data:`CAPTURE_STREAMS`; optionally into a given pool, with extra capture keywords, with a hook called before
-each step inside the capture, and with break functions wrapped);
+it is given, or from the default stream (:data:`CAPTURE_STREAMS`), optionally into a given
+pool, with extra capture keywords, with a hook called before each step inside the capture,
+and with break functions wrapped;
 :meth:`ProgramRun.replay_problem` replays on fresh inputs, on the replay stream it was told,
 and compares with eager. After every capture and replay the caller's current stream must be
 the one it was (:func:`stream_left`). Memory helpers read reserved memory, and graph-pool

@@ -5,12 +5,14 @@
 ``returns`` is this library's: returned tensors are refreshed at replay. ``sglang`` refreshes
 returns too. ``no-device-returns`` is stricter than ``out-buffer``: a break returns no device
 tensor at all (None, or host values), and a target that raises on one is right
-(``breakable-cuda-graphs``, Meta's ``piecewise-cuda-graphs``). A contract also states what the engine's caller guarantees (:data:`DUTIES`): vLLM's
-and SGLang's runners freeze the collector around captures and capture from one thread at a time,
-and only from a stream of their own (``graph_capture``'s), so the harness does the same for targets
-judged by them, and a target's reliance on a duty is a note, not a bug. A target that declares :data:`GUARDS_ITSELF` is tested without them. A target
-declares its contract with a module attribute (:data:`DECLARATION`); undeclared targets are
-judged by ``out-buffer``, the contract of upstream vLLM.
+(``breakable-cuda-graphs``, Meta's ``piecewise-cuda-graphs``). A contract also states what
+the engine's caller guarantees (:data:`DUTIES`): vLLM's and SGLang's runners freeze the
+collector around captures, capture from one thread at a time, and only from a stream of their
+own (``graph_capture``'s), so the harness does the same for targets judged by them, and a
+target's reliance on a duty is a note, not a bug. A target that declares :data:`GUARDS_ITSELF`
+is tested without them. A target declares its contract with a module attribute
+(:data:`DECLARATION`); undeclared targets are judged by ``out-buffer``, the contract of
+upstream vLLM.
 """
 
 from __future__ import annotations
