@@ -6,10 +6,13 @@ replay runs under its happens-before race detector, which names both unordered a
 a GPU a race amplifier makes the race decide the values: a ``torch.cuda._sleep`` is captured
 in front of each break (its input lands late) and the witness break sleeps between reading
 its input and writing its output (its output lands late), on large tensors. Each drawn
-program is captured as a drawn capture set (:mod:`.capture_set`): on the runner's stream or a
-stream it is given, replayed on the default stream, the runner's or another, so a chain
-replayed on a stream other than its capture's must stay ordered on the one it replays on;
-after every capture and replay the caller's current stream must be the one it was.
+program is captured as a drawn capture set (:mod:`.capture_set`): on the runner's stream, a
+stream it is given or from the default stream, replayed on the default stream, the runner's or
+another, so a chain replayed on a stream other than its capture's must stay ordered on the one
+it replays on; after every capture and replay the caller's current stream must be the one it
+was. From the default stream, where the target picks its capture stream, fixed scenarios
+(:data:`FROM_DEFAULT_STREAM`) also capture, run the runner and the capture set, and read a
+break's capture-time run, except for targets whose engine's runner never captures from there.
 """
 
 from __future__ import annotations
