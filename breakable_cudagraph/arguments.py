@@ -39,9 +39,11 @@ class PoolMemory:
     ``held`` maps ``id(tensor)`` to ``(tensor, tensor.data_ptr())`` for each plain tensor
     argument found outside the pool and so held by strong reference: a later break given the
     same tensor, still at the same address, holds it again without a lookup (most breaks take
-    the same buffers every time). The entry keeps the tensor alive, so its id is not reused meanwhile, and holding
-    it again changes no lifetime; a tensor whose storage was swapped since has moved and is
-    looked up afresh. The capture empties it with ``forget_held`` when it closes.
+    the same buffers every time). The entry keeps the tensor alive, so its id is not reused
+    meanwhile, and holding it again changes no lifetime; a tensor whose storage was swapped
+    since has moved and is looked up afresh. ``aliases`` maps each alias key (:func:`_alias_key`)
+    to the alias made for it, for pool memory only: a key found there needs no look-up. The
+    capture empties both with ``forget_held`` when it closes.
     """
 
     def __init__(self, pool: Any) -> None:

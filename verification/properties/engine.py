@@ -28,7 +28,6 @@ runs first, so that padded batches are always among them.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import re
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from verification.properties.base import (
     timed,
 )
 from verification.properties.capture_set import CaptureSet, capture_sets
-from verification.properties.runs import capture_streams, pool_of, stream_left, takes_stream
+from verification.properties.runs import capture_place, capture_streams, pool_of, stream_left
 from verification.search import symptom
 
 NAME = "engine"
@@ -232,27 +231,16 @@ def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
 
     def capture(index: int) -> str | None:
         size = capture_set.sizes[index]
-        kwargs: dict[str, Any] = {"pool": pool}
-        around: Any = contextlib.nullcontext()
-        given = torch.cuda.Stream() if capture_set.capture_stream == "given" else None
-        default = capture_set.capture_stream == "default"
-        if given is not None and takes_stream(target):
-            kwargs["stream"] = given
-        elif given is not None:
-            around = torch.cuda.stream(given)
-        elif default:  # the target picks the stream, which must wait for the default one
-            around = torch.cuda.stream(torch.cuda.default_stream())
+        place = capture_place(capture_set.capture_stream, target)
+        kwargs: dict[str, Any] = {"pool": pool, **place.kwargs}
         runner.wait_stream(caller)
         state.bias.clear()  # what the last replay set
         if biased[index % len(biased)]:  # a new tensor the replays copy into
             state.bias.update({0: 1.0})
         with torch.cuda.stream(runner):
             model.forward(tokens[:size], last[:size], seq_lens[:size], metadata, state, breaks)
-            if given is not None:
-                given.wait_stream(runner)
-            if default:
-                torch.cuda.default_stream().wait_stream(runner)
-            with around:
+            place.enter(runner)
+            with place.around:
                 captures[index] = target.BreakableCUDAGraphCapture(**kwargs)
                 before = torch.cuda.current_stream()
                 with collector_paused(), captures[index]:
@@ -260,10 +248,7 @@ def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
                         tokens[:size], last[:size], seq_lens[:size], metadata, state, breaks
                     )
                 left = stream_left(before, f"the capture of batch size {size}")
-            if given is not None:
-                runner.wait_stream(given)
-            if default:
-                runner.wait_stream(torch.cuda.default_stream())
+            place.leave(runner)
         caller.wait_stream(runner)
         state.bias.clear()
         return left

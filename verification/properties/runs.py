@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -80,6 +81,40 @@ def takes_stream(target: Target) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class CapturePlace:
+    """Where a capture of :data:`CAPTURE_STREAMS` runs, for a runner working on a stream of
+    its own: ``stream`` is the one the capture is entered on (None: the runner's), ``kwargs``
+    what the target's capture is given for it, ``around`` the stream made current around it."""
+
+    stream: torch.cuda.Stream | None
+    kwargs: dict[str, Any]
+    around: Any
+
+    def enter(self, runner: torch.cuda.Stream) -> None:
+        """Orders the capture's stream after the runner's work (its writes of the inputs)."""
+        if self.stream is not None:
+            self.stream.wait_stream(runner)
+
+    def leave(self, runner: torch.cuda.Stream) -> None:
+        """Orders the runner's stream after the capture's."""
+        if self.stream is not None:
+            runner.wait_stream(self.stream)
+
+
+def capture_place(capture_stream: str, target: Target) -> CapturePlace:
+    """The :class:`CapturePlace` of ``capture_stream`` (of :data:`CAPTURE_STREAMS`)."""
+    if capture_stream == "given":
+        given = torch.cuda.Stream()
+        if takes_stream(target):
+            return CapturePlace(given, {"stream": given}, contextlib.nullcontext())
+        return CapturePlace(given, {}, torch.cuda.stream(given))
+    if capture_stream == "default":  # the target picks the stream, which must wait for it
+        default = torch.cuda.default_stream()
+        return CapturePlace(default, {}, torch.cuda.stream(default))
+    return CapturePlace(None, {}, contextlib.nullcontext())
+
+
 class ProgramRun:
     """``program`` captured once by ``target`` on static inputs, ready to replay."""
 
@@ -138,16 +173,10 @@ class ProgramRun:
         caller = torch.cuda.current_stream()
         runner = torch.cuda.Stream()
         runner.wait_stream(caller)
-        given = torch.cuda.Stream() if capture_stream == "given" else None
+        place = capture_place(capture_stream, target)
+        kwargs.update(place.kwargs)
         if streams is not None:
-            streams += [runner] if given is None else [runner, given]
-        around: Any = contextlib.nullcontext()
-        if given is not None and takes_stream(target):
-            kwargs["stream"] = given
-        elif given is not None:
-            around = torch.cuda.stream(given)
-        elif capture_stream == "default":
-            around = torch.cuda.stream(torch.cuda.default_stream())
+            streams += [runner] if capture_stream != "given" else [runner, place.stream]
         self.replay_stream = {
             "default": torch.cuda.default_stream(),
             "runner": runner,
@@ -158,11 +187,8 @@ class ProgramRun:
                 self._seed(seed)
                 run_steps(program, self.table, self.callables, self.static_inputs)
                 self.log.clear()  # the warm-up's calls
-                if given is not None:
-                    given.wait_stream(runner)
-                if capture_stream == "default":  # the warm-up's writes, then the capture
-                    torch.cuda.default_stream().wait_stream(runner)
-                with around:
+                place.enter(runner)
+                with place.around:
                     self.capture = target.BreakableCUDAGraphCapture(**kwargs)
                     self._seed(seed)
                     before = torch.cuda.current_stream()
@@ -171,10 +197,7 @@ class ProgramRun:
                             program, self.table, self.callables, self.static_inputs, hook
                         )
                     self.problem = stream_left(before, "the capture")
-                if given is not None:
-                    runner.wait_stream(given)
-                if capture_stream == "default":
-                    runner.wait_stream(torch.cuda.default_stream())
+                place.leave(runner)
         finally:
             caller.wait_stream(runner)
         self.capture_log = self.log.take()
