@@ -42,12 +42,16 @@ class PoolMemory:
     the same buffers every time). The entry keeps the tensor alive, so its id is not reused
     meanwhile, and holding it again changes no lifetime; a tensor whose storage was swapped
     since has moved and is looked up afresh. ``aliases`` maps each alias key (:func:`_alias_key`)
-    to the alias made for it, for pool memory only: a key found there needs no look-up. The
-    capture empties both with ``forget_held`` when it closes.
+    to the alias made for it, for pool memory only: a key found there needs no look-up. A
+    capture empties both when it closes (``capture_closed``), unless the record serves a whole
+    ``sweep``: then every capture of the sweep keeps what it held until the sweep's owner calls
+    ``forget_held``, so the breaks of each later size find the weights and caches the first
+    size already held.
     """
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, *, sweep: bool = False) -> None:
         self._pool = tuple(pool)
+        self._sweep = sweep
         self._ranges: list[tuple[int, int]] = []
         self._outside: set[int] = set()
         self.held: dict[int, tuple[torch.Tensor, int]] = {}
@@ -57,6 +61,12 @@ class PoolMemory:
     def forget_held(self) -> None:
         self.held = {}
         self.aliases = {}
+
+    def capture_closed(self) -> None:
+        """A capture using this record closed: what it held is forgotten, unless a sweep
+        shares the record (its captures keep their arguments alive until the sweep ends)."""
+        if not self._sweep:
+            self.forget_held()
 
     def alias(self, tensor: torch.Tensor, key: tuple[Any, ...]) -> torch.Tensor:
         """The alias of pool tensor ``tensor`` (whose :func:`_alias_key` is ``key``)."""

@@ -353,7 +353,7 @@ class BreakableCUDAGraphCapture:
             raise
         self._close_streams()
         self._resume_collector()
-        self._pool_memory.forget_held()
+        self._pool_memory.capture_closed()
         thread_state.set_active_capture(None)
         _release_overlap(self)
         self._state = _State.CAPTURED

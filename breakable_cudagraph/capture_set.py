@@ -167,8 +167,10 @@ class CaptureSet:
 
     def _sweep(self, stream: torch.cuda.Stream) -> None:
         # One record of the pool's segments for the sweep: a capture only adds segments, so
-        # each capture no longer pays a fresh snapshot of the allocator on its first break.
-        pool_memory = PoolMemory(self.pool)
+        # each capture no longer pays a fresh snapshot of the allocator on its first break,
+        # and the tensors outside the pool that one size held (weights, caches) are known to
+        # the next without a look-up.
+        pool_memory = PoolMemory(self.pool, sweep=True)
         collector.pause()
         try:
             for size in self.sizes:
@@ -177,6 +179,7 @@ class CaptureSet:
             self.reset()
             raise
         finally:
+            pool_memory.forget_held()
             collector.resume()
 
     def _capture(self, size: int, stream: torch.cuda.Stream, pool_memory: PoolMemory) -> _Size:

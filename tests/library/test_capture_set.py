@@ -4,11 +4,13 @@ pool, replayed at the smallest size that fits a batch (padded), eager above the 
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterable
 
 import pytest
 import torch
 
 from breakable_cudagraph import BreakableCUDAGraphCapture, CaptureSet, eager_break_during_capture
+from breakable_cudagraph.arguments import PoolMemory
 
 SIZES = (1, 2, 4, 8)
 HIDDEN = 8
@@ -116,6 +118,38 @@ def test_sizes_are_captured_largest_first_into_one_pool_on_one_stream(bcg_device
     assert [capture.pool for capture in captured.captures] == [pool] * 4
     streams = {capture.stream for capture in captured.captures}
     assert len(streams) == 1 and torch.cuda.current_stream() not in streams
+
+
+@eager_break_during_capture
+def add_table_rows(h: torch.Tensor, table: torch.Tensor, out: torch.Tensor) -> None:
+    out.copy_(h + table[: h.shape[0]])
+
+
+def test_a_sweep_looks_each_tensor_outside_the_pool_up_once_and_holds_none_after(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = torch.randn(max(SIZES), HIDDEN, device=bcg_device)  # a weight: outside the pool
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        add_table_rows(torch.tanh(x), table, out)
+        return out * 2
+
+    asked: list[int] = []
+    look_up = PoolMemory.addresses_in_pool
+
+    def counted(self: PoolMemory, addresses: Iterable[int]) -> set[int]:
+        listed = list(addresses)
+        asked.extend(listed)
+        return look_up(self, listed)
+
+    monkeypatch.setattr(PoolMemory, "addresses_in_pool", counted)
+    captured = CaptureSet(step, SIZES, (torch.zeros(1, HIDDEN, device=bcg_device),))
+    assert asked.count(table.data_ptr()) == 1, "every size looked the weight up again"
+    assert not any(capture._pool_memory.held for capture in captured.captures)
+    for n in SIZES:
+        x = torch.randn(n, HIDDEN, device=bcg_device)
+        assert torch.equal(captured(x), step(x))
 
 
 def test_the_collector_is_off_for_the_whole_sweep_and_back_on_after(bcg_device: str) -> None:
