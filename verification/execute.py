@@ -354,7 +354,8 @@ def collector_paused() -> Iterator[None]:
 
 
 class CapturedProgram:
-    """A program captured once by ``target`` on static inputs, ready to replay."""
+    """A program captured once by ``target`` on static inputs, ready to replay; into
+    ``pool`` when one is given, else into the target's own."""
 
     def __init__(
         self,
@@ -364,6 +365,7 @@ class CapturedProgram:
         inputs: Sequence[torch.Tensor],
         rng_seed: int,
         device: str,
+        pool: Any = None,
     ) -> None:
         self.log = BreakLog()
         self.device = device
@@ -381,7 +383,12 @@ class CapturedProgram:
             seed_rng(rng_seed, device)
             run_steps(program, table, callables, self.static_inputs, host=self.host)
             self.log.clear()  # the warm-up's calls
-            self.capture = target.BreakableCUDAGraphCapture()
+            # A pool given is shared with other captures of the program (a capture set).
+            self.capture = (
+                target.BreakableCUDAGraphCapture()
+                if pool is None
+                else target.BreakableCUDAGraphCapture(pool=pool)
+            )
             seed_rng(rng_seed, device)
             with collector_paused(), self.capture:
                 self.outputs = run_steps(

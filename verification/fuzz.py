@@ -1,5 +1,9 @@
 """A fuzz campaign: hypothesis draws programs, the oracle checks them, findings get reports.
 
+With each program it draws a capture set (:func:`shared_pools`): usually none, else two or
+three captures of the program in one pool replayed in a drawn order, as an engine captures
+its batch sizes, judged once the program alone passed.
+
 :func:`run_campaign` runs in this process (under the simulator for ``sim``), reports every
 distinct violation it meets within its budget (:mod:`verification.search`), each shrunk by
 hypothesis, with a reproducer script each.
@@ -28,7 +32,7 @@ from verification.exampledb import shared_database
 from verification.findings import HARNESS_ERROR, TARGET_BUG, Finding
 from verification.isolation import run_child, signal_name
 from verification.ops.spec import OpSpec
-from verification.oracle import FUZZ, InvalidProgram, check_program
+from verification.oracle import FUZZ, InvalidProgram, SharedPool, check_program
 from verification.programs import Program, programs
 from verification.report import render_reproducer, write_reproducer
 from verification.search import Outcome, search
@@ -129,7 +133,7 @@ class CampaignResult:
 
 
 # What the coverage counts of a campaign count (runs per op, per break op, ...).
-COVERAGE_KEYS = ("ops", "break_ops", "break_positions", "input_dtypes")
+COVERAGE_KEYS = ("ops", "break_ops", "break_positions", "input_dtypes", "captures_per_pool")
 
 
 def _break_positions(program: Program) -> list[str]:
@@ -148,6 +152,23 @@ def _tally(coverage: dict[str, Counter[str]], program: Program) -> None:
     coverage["break_ops"].update(s.op for s in program.steps if s.brk)
     coverage["break_positions"].update(_break_positions(program))
     coverage["input_dtypes"].update(str(m.dtype).removeprefix("torch.") for m in program.inputs)
+
+
+# Captures in an example's capture set: most examples check the program alone, the rest
+# also capture it two or three times into one pool, as an engine captures its batch sizes.
+# Hypothesis shrinks towards the first entry: one capture.
+CAPTURES = (1, 1, 1, 2, 3)
+
+
+@st.composite
+def shared_pools(draw: st.DrawFn) -> SharedPool | None:
+    """None (the program alone), or a capture set of 2 or 3 captures in one pool replayed in
+    a drawn order (any order is legal: each replay's outputs are read before the next)."""
+    captures = draw(st.sampled_from(CAPTURES))
+    if captures == 1:
+        return None
+    order = draw(st.lists(st.integers(0, captures - 1), min_size=1, max_size=4))
+    return SharedPool(captures, tuple(order))
 
 
 def _search(
@@ -172,28 +193,31 @@ def _search(
     )
     examples = config.examples if config.examples is not None else settings.default.max_examples
 
-    def example(drawn: tuple[Program, int]) -> Finding | None:
-        program, input_seed = drawn
+    def example(drawn: tuple[Program, int, SharedPool | None]) -> Finding | None:
+        program, input_seed, shared = drawn
         counter[0] += 1
         if config.observe is not None:
             config.observe(program)
         _tally(coverage, program)
+        coverage["captures_per_pool"][str(1 if shared is None else shared.captures)] += 1
         progress(1)
         if config.program_file is not None:
-            config.program_file.write_bytes(pickle.dumps((program, input_seed)))
+            config.program_file.write_bytes(pickle.dumps((program, input_seed, shared)))
         try:
-            return check_program(program, target, device, input_seed, config.replays, config.ops)
+            return check_program(
+                program, target, device, input_seed, config.replays, config.ops, shared
+            )
         except InvalidProgram as error:
             return Finding(HARNESS_ERROR, FUZZ, str(error), "invalid-program", program, input_seed)
 
     return search(
-        st.tuples(strategy, st.integers(0, 2**16)),
+        st.tuples(strategy, st.integers(0, 2**16), shared_pools()),
         example,
         examples=examples,
         seed=config.seed,
         # One finding per kind of violation: a mismatch found again in a longer program is
-        # the same bug.
-        key=lambda finding: (finding.kind, finding.violation),
+        # the same bug. A capture set's finding is one the program alone did not show.
+        key=lambda finding: (finding.kind, finding.violation, bool(finding.scenario)),
         usable=lambda: unusable(target, device),
         database=config.database,
         seconds=config.seconds,
@@ -262,9 +286,12 @@ def run_isolated(
             return status, None
         if not program_file.exists():
             return 1, None
-        program, input_seed = pickle.loads(program_file.read_bytes())
+        program, input_seed, shared = pickle.loads(program_file.read_bytes())
     message = f"the process died by signal {signal_name(status)}"
-    finding = Finding(TARGET_BUG, FUZZ, message, "crash", program, input_seed)
+    scenario = () if shared is None else shared.scenario
+    if shared is not None:
+        message = f"{shared.describe()}: {message}"
+    finding = Finding(TARGET_BUG, FUZZ, message, "crash", program, input_seed, scenario=scenario)
     elapsed = time.perf_counter() - start
     result = CampaignResult(config.target.name, config.kind, 0, elapsed, [finding])
     report_findings(result, config)

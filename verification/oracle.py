@@ -196,6 +196,36 @@ def refused(
     )
 
 
+@dataclass(frozen=True)
+class SharedPool:
+    """A capture set as the fuzzer draws it: once the program's own capture replayed as
+    eager, ``captures - 1`` more captures of it join that capture's pool, each on static inputs
+    of its own (an engine's batch sizes, which share a pool and read their own slices), and
+    the captures then replay in ``order`` (indices into the captures, the first one 0)."""
+
+    captures: int
+    order: tuple[int, ...]
+
+    @property
+    def scenario(self) -> tuple[tuple[str, object], ...]:
+        """The finding's scenario entries, which a reproducer reads back."""
+        return (("captures", self.captures), ("order", self.order))
+
+    def describe(self) -> str:
+        return (
+            f"with {self.captures} captures of the program in one pool (each on inputs of its "
+            f"own), replayed in order {list(self.order)}"
+        )
+
+
+def shared_pool_of(finding: Finding) -> SharedPool | None:
+    """The capture set a fuzz finding's scenario records, or None (one capture)."""
+    entries = dict(finding.scenario)
+    if "captures" not in entries:
+        return None
+    return SharedPool(int(entries["captures"]), tuple(entries["order"]))
+
+
 def check_program(
     program: Program,
     target: Target,
@@ -203,80 +233,133 @@ def check_program(
     seed: int = 0,
     replays: int = 3,
     ops: Sequence[OpSpec] | None = None,
+    shared: SharedPool | None = None,
 ) -> Finding | None:
-    """Captures ``program`` with ``target`` and checks ``replays`` replays against eager;
-    a finding's kind says whether the target or an op in the program broke the contract."""
+    """Captures ``program`` with ``target`` and checks ``replays`` replays against eager, then,
+    with ``shared``, the capture set it describes; a finding's kind says whether the target
+    or an op in the program broke the contract, and a finding only the set shows carries the
+    set as its scenario."""
     table = op_table(ops)
-    finding = _check(program, target, device, seed, replays, table)
+    finding = _Check(program, target, device, seed, table).run(replays, shared)
     return None if finding is None else _blame(finding, target, table)
 
 
-def _check(
-    program: Program,
-    target: Target,
-    device: str,
-    seed: int,
-    replays: int,
-    table: dict[str, OpSpec],
-) -> Finding | None:
-    kind = "cuda" if device.startswith("cuda") else "sim"
-    tol = program_tolerance(program, table)
-    break_steps = [i for i, s in enumerate(program.steps) if s.brk]
-    inputs = make_inputs(program, seed, device)
-    # The validity check of the program doubles as the reference for the first replay.
-    first_inputs = make_inputs(program, seed + 1, device)
-    try:
-        first_expected = run_eager(program, table, first_inputs, seed + 1, kind)
-    except Exception as error:
-        raise InvalidProgram(
-            f"eager reference failed: {type(error).__name__}: {error}\nprogram: {program}"
-        ) from error
+class _Check:
+    """One program's check: its captures, and each replay against an eager run."""
+
+    def __init__(
+        self, program: Program, target: Target, device: str, seed: int, table: dict[str, OpSpec]
+    ) -> None:
+        self.program, self.target, self.device, self.seed = program, target, device, seed
+        self.table = table
+        self.kind = "cuda" if device.startswith("cuda") else "sim"
+        self.tol = program_tolerance(program, table)
+        self.break_steps = [i for i, s in enumerate(program.steps) if s.brk]
+        self.shared: SharedPool | None = None  # set once the set's captures begin
+        self.refused = False  # a replay was refused as the contract allows: nothing to judge
+        self.replaying = 0  # the capture the set's replay under way belongs to
+        # The validity check of the program doubles as the reference for the first replay.
+        self.first_inputs = make_inputs(program, seed + 1, device)
+        try:
+            self.first_expected = run_eager(program, table, self.first_inputs, seed + 1, self.kind)
+        except Exception as error:
+            raise InvalidProgram(
+                f"eager reference failed: {type(error).__name__}: {error}\nprogram: {program}"
+            ) from error
 
     def finding(
-        kind_: Violation, message: str, replay: int | None = None, index: int | None = None
+        self, kind: Violation, message: str, replay: int | None = None, index: int | None = None
     ) -> Finding:
+        scenario: tuple[tuple[str, object], ...] = ()
+        if self.shared is not None:
+            if replay is not None:
+                message = f"replay {replay} (capture {self.replaying}): {message}"
+            message, scenario = f"{self.shared.describe()}: {message}", self.shared.scenario
         return Finding(
-            TARGET_BUG, FUZZ, message, kind_, program, seed, replay_index=replay, index=index
+            TARGET_BUG,
+            FUZZ,
+            message,
+            kind,
+            self.program,
+            self.seed,
+            replay_index=replay,
+            index=index,
+            scenario=scenario,
         )
 
-    try:
-        captured = CapturedProgram(program, table, target, inputs, seed, kind)
-    except Exception as error:
-        return finding("exception", f"capture raised {describe(error)}")
-    capture_steps = [step for step, _ in captured.capture_log]
-    if capture_steps != break_steps:
-        return finding(
-            "break-count", f"capture called break steps {capture_steps}, expected {break_steps}"
-        )
-    for replay in range(replays):
-        replay_seed = seed + 1 + replay
-        if replay == 0:
-            fresh, expected = first_inputs, first_expected
-        else:
-            fresh = make_inputs(program, replay_seed, device)
-            expected = run_eager(program, table, fresh, replay_seed, kind)
+    def run(self, replays: int, shared: SharedPool | None) -> Finding | None:
+        first = self.capture(None)
+        if isinstance(first, Finding):
+            return first
+        found = self.replays([first], [0] * replays, first=0)
+        del first  # the set's captures start from the pool as the program found it
+        if found is not None or shared is None or self.refused:
+            return found
+        # Only what the program's own capture did not show is the set's finding.
+        self.shared = shared
+        pool = torch.cuda.graph_pool_handle()
+        captures = []
+        for number in range(shared.captures):
+            captured = self.capture(pool, number)
+            if isinstance(captured, Finding):
+                return captured
+            captures.append(captured)
+        return self.replays(captures, shared.order, first=replays)
+
+    def capture(self, pool: object, number: int = 0) -> CapturedProgram | Finding:
+        which = f"capture {number} " if self.shared else "capture "
+        inputs = make_inputs(self.program, self.seed, self.device)
         try:
-            log = captured.replay(fresh, replay_seed)
+            captured = CapturedProgram(
+                self.program, self.table, self.target, inputs, self.seed, self.kind, pool=pool
+            )
         except Exception as error:
-            if refused(error, captured.alias_switched, program, table):
-                return None
-            # A break handed another type than at capture fails in its own code: the cause
-            # is the handing, which names the bug where the exception would name the op.
+            return self.finding("exception", f"{which}raised {describe(error)}")
+        capture_steps = [step for step, _ in captured.capture_log]
+        if capture_steps != self.break_steps:
+            return self.finding(
+                "break-count",
+                f"{which}called break steps {capture_steps}, expected {self.break_steps}",
+            )
+        return captured
+
+    def replays(
+        self, captures: list[CapturedProgram], order: Sequence[int], first: int
+    ) -> Finding | None:
+        """Replays ``captures[i]`` for each ``i`` of ``order``, numbered from ``first``."""
+        program, table = self.program, self.table
+        for number, which in enumerate(order, start=first):
+            captured, self.replaying = captures[which], which
+            replay_seed = self.seed + 1 + number
+            if number == 0:
+                fresh, expected = self.first_inputs, self.first_expected
+            else:
+                fresh = make_inputs(program, replay_seed, self.device)
+                expected = run_eager(program, table, fresh, replay_seed, self.kind)
+            try:
+                log = captured.replay(fresh, replay_seed)
+            except Exception as error:
+                if refused(error, captured.alias_switched, program, table):
+                    self.refused = True
+                    return None
+                # A break handed another type than at capture fails in its own code: the
+                # cause is the handing, which names the bug where the exception would name
+                # the op.
+                changed = _types_changed(captured, program)
+                if changed is not None:
+                    return self.finding("break-arg-types", changed, number)
+                return self.finding("exception", f"replay raised {describe(error)}", number)
+            broken = check_breaks(log, captured.capture_log, self.break_steps)
+            if broken is not None:
+                return self.finding(broken[0], broken[1], number, broken[2])  # type: ignore[arg-type]
             changed = _types_changed(captured, program)
             if changed is not None:
-                return finding("break-arg-types", changed, replay)
-            return finding("exception", f"replay raised {describe(error)}", replay)
-        broken = check_breaks(log, captured.capture_log, break_steps)
-        if broken is not None:
-            return finding(broken[0], broken[1], replay, broken[2])  # type: ignore[arg-type]
-        changed = _types_changed(captured, program)
-        if changed is not None:
-            return finding("break-arg-types", changed, replay)
-        for index, (actual, want) in enumerate(zip(captured.outputs, expected)):
-            problem = compare(actual, want, tol)
-            if problem is not None:
-                value = program.outputs[index]
-                return finding(
-                    "mismatch", f"output {index} (value {value}): {problem}", replay, index
-                )
-    return None
+                return self.finding("break-arg-types", changed, number)
+            for index, (actual, want) in enumerate(zip(captured.outputs, expected)):
+                problem = compare(actual, want, self.tol)
+                if problem is not None:
+                    value = program.outputs[index]
+                    return self.finding(
+                        "mismatch", f"output {index} (value {value}): {problem}", number, index
+                    )
+        return None

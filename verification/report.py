@@ -16,7 +16,7 @@ from verification.devices import DeviceKind
 from verification.findings import Finding
 from verification.ops.host import HOST_FORMS, HOST_SOURCE
 from verification.ops.spec import OpSpec
-from verification.oracle import program_tolerance
+from verification.oracle import program_tolerance, shared_pool_of
 from verification.programs import Program, input_expr, op_table, produces_value
 from verification.targets import Target
 
@@ -93,14 +93,15 @@ def same(actual, expected):
     return bool(torch.isclose(a, e, rtol=RTOL, atol=ATOL, equal_nan=True).all())
 
 
-def main():
+def capture_once(pool):
+    define_breaks()  # each capture's breaks keep state of their own
     static = [x.clone() for x in make_inputs(SEED)]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         seed_rng(SEED)
         program(*static)  # eager warm-up
-        capture = target.BreakableCUDAGraphCapture()
+        capture = target.BreakableCUDAGraphCapture(**pool)
         seed_rng(SEED)
         CALLS.clear()
         with capture:
@@ -109,7 +110,13 @@ def main():
     torch.cuda.synchronize()
     captured = list(CALLS)
     assert [s for s, _ in captured] == BREAK_STEPS, f"capture called breaks {captured}"
-    for replay in range(REPLAYS):
+    return static, capture, outputs, captured, None
+
+
+def replay_in_order(runs, order, first):
+    for replay, which in enumerate(order, start=first):
+        static, capture, outputs, captured, host = runs[which]
+        where = f"replay {replay}" + (f" (capture {which})" if len(runs) > 1 else "")
         seed = SEED + 1 + replay
         fresh = make_inputs(seed)
         define_breaks()  # the reference shares no state with the captured run's breaks
@@ -121,9 +128,22 @@ def main():
         seed_rng(seed)
         capture.replay()
         torch.cuda.synchronize()
-        assert CALLS == captured, f"replay {replay}: break calls {CALLS}, captured {captured}"
+        assert CALLS == captured, f"{where}: break calls {CALLS}, captured {captured}"
         for index, (actual, want) in enumerate(zip(outputs, expected)):
-            assert same(actual, want), f"replay {replay}: output {index} differs from eager"
+            assert same(actual, want), f"{where}: output {index} differs from eager"
+    return True
+
+
+def main():
+    if not replay_in_order([capture_once({})], [0] * REPLAYS, 0):
+        return
+    if CAPTURES > 1:
+        # The capture set: CAPTURES captures of the program in one pool, each on inputs of
+        # its own, as an engine captures its batch sizes, replayed in ORDER.
+        pool = {"pool": torch.cuda.graph_pool_handle()}
+        runs = [capture_once(pool) for _ in range(CAPTURES)]
+        if not replay_in_order(runs, ORDER, REPLAYS):
+            return
     print("reproducer passed: replay matched eager every time")
 """
 
@@ -276,6 +296,7 @@ def render_reproducer(
     table = op_table(ops)
     program = finding.program
     assert program is not None, "only a finding with a program has a reproducer"
+    shared = shared_pool_of(finding)
     tol = program_tolerance(program, table)
     simulated = device_kind == "sim"
     import_code = target.import_code or f"import {target.name} as target"
@@ -299,6 +320,8 @@ def render_reproducer(
         f'\nDEVICE = "{"cpu" if simulated else "cuda"}"\nSEED = {finding.seed}\n'
         f"REPLAYS = {replays}\nRTOL = {tol.rtol!r}\nATOL = {tol.atol!r}\n"
         f"BREAK_STEPS = {[i for i, s in enumerate(program.steps) if s.brk]}\n"
+        f"CAPTURES = {1 if shared is None else shared.captures}\n"
+        f"ORDER = {[] if shared is None else list(shared.order)}\n"
     )
     entry = '\n\nif __name__ == "__main__":\n' + (
         "    with simulated_cuda():\n        main()\n" if simulated else "    main()\n"
@@ -354,6 +377,8 @@ def _with_host(check: str) -> str:
          "expected = program(*[x.clone() for x in fresh], make_host(HOST_SEQUENCES, seed))"),
         ("        seed_rng(seed)\n        capture.replay()",
          "        update_host(host, seed)\n        seed_rng(seed)\n        capture.replay()"),
+        ("    return static, capture, outputs, captured, None\n",
+         "    return static, capture, outputs, captured, host\n"),
     )  # fmt: skip
     for old, new in swaps:
         assert old in check, old

@@ -114,7 +114,13 @@ def test_certificate_has_every_field_and_markdown_starts_simulated(bcg_kind, two
     assert set(cert["environment"]) >= {"torch", "cuda", "driver", "gpu", "hypothesis"}
     assert set(cert["settings"]) >= {"profile", "seed", "examples", "max_ops", "max_breaks"}
     assert cert["checks"][0]["name"] == "fuzz" and cert["checks"][0]["verdict"] == "pass"
-    assert set(cert["coverage"]) == {"ops", "break_ops", "break_positions", "input_dtypes"}
+    assert set(cert["coverage"]) == {
+        "ops",
+        "break_ops",
+        "break_positions",
+        "input_dtypes",
+        "captures_per_pool",
+    }
     assert sum(cert["coverage"]["ops"].values()) >= 3
     text = markdown(cert)
     assert text.startswith("SIMULATED") == (bcg_kind == "sim")

@@ -13,7 +13,8 @@ from tests.child_env import child_env
 from tests.oracle_programs import OPS, TWO_BREAKS
 from verification.execute import collector_paused
 from verification.fuzz import CampaignConfig, run_isolated
-from verification.oracle import Tolerance, check_program, compare
+from verification.oracle import SharedPool, Tolerance, check_program, compare
+from verification.planted import property_targets
 from verification.planted.targets import build
 from verification.properties.processes import run_properties
 from verification.targets import load_target
@@ -57,6 +58,25 @@ def test_compare_handles_integers_and_complex():
 def test_planted_bug_yields_its_finding_kind(bcg_device, bug, kind):
     finding = check_program(TWO_BREAKS, load_target(build(bug)), bcg_device, seed=5, ops=OPS)
     assert (finding and finding.violation) == kind, finding and finding.summary()
+
+
+def test_a_capture_set_is_judged_only_after_the_program_alone_passes(bcg_device):
+    # Each replay runs the newest capture's eager steps: only older captures of a set go wrong.
+    target = load_target(property_targets.build("replays_last_capture"))
+    assert check_program(TWO_BREAKS, target, bcg_device, seed=5, ops=OPS) is None
+    shared = SharedPool(2, (1, 0))
+    finding = check_program(TWO_BREAKS, target, bcg_device, seed=5, ops=OPS, shared=shared)
+    assert finding is not None and dict(finding.scenario) == {"captures": 2, "order": (1, 0)}
+    assert finding.message.startswith("with 2 captures") and "(capture 0)" in finding.message
+    assert finding.replay_index == 4  # after the program's own 3 replays and capture 1's
+    clean = load_target(property_targets.build(None))
+    everything = SharedPool(3, (2, 0, 1, 0))
+    assert check_program(TWO_BREAKS, clean, bcg_device, ops=OPS, shared=everything) is None
+    # A bug the program alone shows is the program's finding, with no set attached.
+    plain = check_program(
+        TWO_BREAKS, load_target(build("eager_run_twice")), bcg_device, ops=OPS, shared=shared
+    )
+    assert plain is not None and plain.scenario == () and "captures" not in plain.message
 
 
 def test_target_raising_at_replay_is_an_exception_finding(bcg_device):

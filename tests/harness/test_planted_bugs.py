@@ -14,6 +14,8 @@ import pytest
 from tests.child_env import child_env
 from verification.findings import Finding
 from verification.fuzz import CampaignConfig, run_campaign
+from verification.oracle import shared_pool_of
+from verification.planted import property_targets
 from verification.planted.targets import BUGS, ENGINE_BUGS, build
 from verification.programs import Program, Step
 from verification.report import render_reproducer
@@ -60,6 +62,28 @@ def test_reproducer_fails_with_the_bug_and_passes_on_the_clean_target(bcg_kind, 
     path = tmp_path / "clean.py"
     path.write_text(clean)
     passing = _run_script(path)
+    assert passing.returncode == 0, passing.stderr
+    assert "reproducer passed" in passing.stdout
+
+
+def test_a_bug_only_a_capture_set_shows_is_found_and_its_reproducer_replays_the_set(
+    bcg_kind, tmp_path
+):
+    # Each replay runs the newest capture's eager steps: right for a program captured once,
+    # wrong for every older capture of a set sharing a pool.
+    target = load_target(property_targets.build("replays_last_capture"))
+    result = run_campaign(CampaignConfig(target, bcg_kind, report_dir=tmp_path, database=None))
+    found = [(f, path) for f, path in zip(result.findings, result.reproducer_paths)]
+    assert found and all(shared_pool_of(f) is not None for f, _ in found), [
+        f.summary() for f, _ in found
+    ]
+    finding, path = found[0]
+    assert f"with {shared_pool_of(finding).captures} captures" in finding.message
+    failing = _run_script(path)
+    assert failing.returncode != 0, failing.stdout
+    clean = render_reproducer(finding, load_target(property_targets.build(None)), bcg_kind, "n/a")
+    (tmp_path / "clean.py").write_text(clean)
+    passing = _run_script(tmp_path / "clean.py")
     assert passing.returncode == 0, passing.stderr
     assert "reproducer passed" in passing.stdout
 
