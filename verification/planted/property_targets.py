@@ -771,6 +771,26 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "engine",
         _edited("capture_set", "lambda out: out[:batch]", "lambda out: out"),
     ),
+    "capture_set_padding_skipped": (
+        "the capture set leaves the rows past a batch as the last call left them, unpadded",
+        "engine",
+        _edited(
+            "capture_set",
+            "        for pad in padding:\n            pad.fill_(self.pad_value)\n",
+            "",
+        ),
+    ),
+    "runner_signature_without_batch": (
+        "the runner's signature leaves out each tensor's first dimension, the batch: a call at "
+        "another batch size replays the capture of the first",
+        "engine",
+        _edited(
+            "runner",
+            'return ("tensor", tuple(tree.shape), tree.dtype, tree.device, tuple(tree.stride()))',
+            'return ("tensor", tuple(tree.shape[1:]), tree.dtype, tree.device, '
+            "tuple(tree.stride()[1:]))",
+        ),
+    ),
     "capture_set_pool_per_size": (
         "the capture set captures each size into a new pool of its own",
         "engine",

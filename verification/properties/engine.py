@@ -19,10 +19,11 @@ caller's current stream must be unchanged after every capture and replay.
 A target with a capture-set API (:attr:`~verification.targets.Target.capture_set`) is then
 given the same decoder as a function of the batch and the same sizes: making the set must run
 the function at every size, largest first; a call at every captured size, at a batch one below
-each size that is not captured (padded), and at one above the largest (eager) must equal the
-eager forward at that batch, with outputs of that batch, without running the function except
-above the largest size, and leave the caller's stream current; the outputs of every replayed
-call must lie in one graph pool. A fixed set of sizes 4 and 2
+each size that is not captured (padded), and at one above the largest (eager), made largest
+first, must equal the eager forward at that batch, with outputs of that batch, without running
+the function except above the largest size, and leave the caller's stream current; a replayed
+call's breaks must be given the batch's rows and then the pad value 0, never an earlier call's
+rows; the outputs of every replayed call must lie in one graph pool. A fixed set of sizes 4 and 2
 runs first, so that padded batches are always among them.
 """
 
@@ -48,6 +49,7 @@ from verification.properties.base import (
     timed,
 )
 from verification.properties.capture_set import CaptureSet, capture_sets
+from verification.properties.runner import RUNNER
 from verification.properties.runs import capture_place, capture_streams, pool_of, stream_left
 from verification.search import symptom
 
@@ -60,9 +62,9 @@ VOCAB = 32
 SEQ = 3
 MAX_BATCH = 4
 RTOL = ATOL = 1e-4
-# An example costs about seventeen fuzz examples (ten for the runner loop, seven for a
-# target's capture set): the hypothesis budget is divided by this.
-COST = 17
+# An example costs about twenty-three fuzz examples (ten for the runner loop, seven for a
+# target's capture set, six for its runner's sweep): the hypothesis budget is divided by this.
+COST = 23
 # The scenario run first, whatever is drawn: every size, out of order, one re-capture,
 # replayed on a stream neither captured on, one capture with a bias and one without.
 CANONICAL: dict[str, Any] = {
@@ -325,22 +327,47 @@ def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
 
 
 def _sweep_batches(sizes: tuple[int, ...]) -> list[int]:
-    """Every captured size, a padded batch below each size whose batch - 1 is not captured,
-    and one above the largest, smallest first."""
+    """One above the largest size, then every captured size and a padded batch below each
+    size whose batch - 1 is not captured, largest first: each padded batch comes after a
+    call that wrote the rows it must pad, as an engine's shrinking batches do."""
     padded = [size - 1 for size in sizes if size > 1 and size - 1 not in sizes]
-    return [*sorted({*sizes, *padded}), max(sizes) + 1]
+    return [max(sizes) + 1, *sorted({*sizes, *padded}, reverse=True)]
+
+
+def _rows_problem(where: str, given: torch.Tensor, lengths: list[int]) -> str | None:
+    """Whether the lengths a replay's attention break was given (the captured size's rows)
+    are the batch's, then the pad value 0, as a call must copy in and pad."""
+    batch, size = len(lengths), given.shape[0]
+    rows = given.tolist()
+    if rows[:batch] != lengths:
+        return f"{where}: the breaks were given lengths {rows[:batch]}, the batch's are {lengths}"
+    if any(rows[batch:]):
+        return (
+            f"{where}: the breaks of the captured size {size} were given rows {batch} to "
+            f"{size - 1} holding {rows[batch:]}, not the pad value 0: rows past the batch must "
+            "be padded, or another call's rows reach the graph"
+        )
+    return None
+
+
+def _batch_inputs(
+    step: _SweptStep, seed: int, batch: int, device: str
+) -> tuple[tuple[torch.Tensor, ...], list[int]]:
+    """A step's tokens, last positions and lengths on the device, the host lengths set."""
+    tokens, lengths, _ = _step_inputs(seed, batch, False)
+    step.metadata.lengths[:batch] = lengths
+    lens = torch.tensor(lengths, dtype=torch.long)
+    return (tokens.to(device), (lens - 1).to(device), lens.to(device)), lengths
 
 
 def _sweep_call_problem(
     sweep: Any, step: _SweptStep, batch: int, number: int, config: Any
 ) -> str | None:
     """One call of the capture set at ``batch``, against the eager forward on the same tokens."""
-    tokens, lengths, _ = _step_inputs(config.seed * 1000 + number, batch, False)
-    step.metadata.lengths[:batch] = lengths
-    lens = torch.tensor(lengths, dtype=torch.long)
-    batched = (tokens.to(config.device), (lens - 1).to(config.device), lens.to(config.device))
+    batched, lengths = _batch_inputs(step, config.seed * 1000 + number, batch, config.device)
     expected = step.model.forward(*batched, step.metadata, step.state, step.breaks)
     before, caller = len(step.batches), torch.cuda.current_stream()
+    step.given.clear()
     got = sweep(*batched)
     where = f"a call of the capture set at batch {batch} (sizes {step.sizes})"
     left = stream_left(caller, where)
@@ -350,12 +377,22 @@ def _sweep_call_problem(
         return left
     if batch <= max(step.sizes) and ran:
         return f"{where} ran the function eagerly at batch {ran}, not a captured size's replay"
+    if batch <= max(step.sizes) and step.given:
+        problem = _rows_problem(where, step.given[0], lengths)
+        if problem is not None:
+            return problem
     if batch > max(step.sizes) and ran != [batch]:
         return f"{where}, above the largest size, ran the function at batches {ran}, not once"
+    problem = _outputs_problem(where, got, expected)
+    if problem is None and batch <= max(step.sizes):
+        step.pools.add(pool_of(got[0]))
+    return problem
+
+
+def _outputs_problem(where: str, got: Any, expected: tuple[torch.Tensor, ...]) -> str | None:
+    """Whether a call returned the eager forward's logits and probabilities."""
     if not isinstance(got, (tuple, list)) or len(got) != len(expected):
         return f"{where} returned {type(got).__name__}, expected {len(expected)} tensors"
-    if batch <= max(step.sizes):
-        step.pools.add(pool_of(got[0]))
     for name, actual, want in zip(("logits", "probabilities"), got, expected):
         if tuple(actual.shape) != tuple(want.shape):
             return (
@@ -378,6 +415,9 @@ class _SweptStep:
     breaks: tuple[Any, Any, bool]
     batches: list[int]
     pools: set[Any]  # the graph pool of each replayed call's logits (None: no graph pool)
+    # The device lengths each attention call was given since the last call of the set: at
+    # replay, the captured size's rows of the static buffer.
+    given: list[torch.Tensor]
 
     def __call__(
         self, tokens: torch.Tensor, last: torch.Tensor, seq_lens: torch.Tensor
@@ -386,18 +426,60 @@ class _SweptStep:
         return self.model.forward(tokens, last, seq_lens, self.metadata, self.state, self.breaks)
 
 
+def _swept_step(sizes: tuple[int, ...], config: Any) -> _SweptStep:
+    """The decoder of ``config``'s seed with the target's breaks, for batches up to one above
+    the largest of ``sizes``."""
+    target = config.target
+    returns = bool(target.supports_tensor_returns)
+    given: list[torch.Tensor] = []
+
+    @functools.wraps(causal_attention)
+    def attention(q: Any, k: Any, v: Any, seq_lens: Any, metadata: Any, out: Any) -> None:
+        given.append(seq_lens.clone())
+        causal_attention(q, k, v, seq_lens, metadata, out)
+
+    wrap = target.eager_break_during_capture
+    breaks = (wrap(attention), wrap(bias_logits if returns else bias_logits_into), returns)
+    metadata = AttentionMetadata([SEQ] * (max(sizes) + 1))
+    model = TinyDecoder.build(config.device, config.seed)
+    return _SweptStep(model, sizes, metadata, LogitBias(), breaks, [], set(), given)
+
+
+def runner_sweep_problem(sizes: tuple[int, ...], config: Any) -> str | None:
+    """Why the target's runner, driven as an engine drives one (the decoder called at every
+    batch of ``sizes``' sweep, largest first, each a signature of its own, then at each again,
+    smallest first), differs from eager, or None (also for a target without a runner)."""
+    runner_type = getattr(config.target.module, RUNNER, None)
+    if runner_type is None:
+        return None
+    step = _swept_step(sizes, config)
+    batches = _sweep_batches(sizes)[1:]
+    calls = batches + batches[::-1]
+    try:
+        with collector_paused():
+            runner = runner_type(step)
+            for number, batch in enumerate(calls):
+                where = f"the runner's call at batch {batch} (batches {calls})"
+                seed = config.seed * 1000 + 500 + number
+                batched, _ = _batch_inputs(step, seed, batch, config.device)
+                expected = step.model.forward(*batched, step.metadata, step.state, step.breaks)
+                got = runner(*batched)
+                torch.cuda.synchronize()
+                problem = _outputs_problem(where, got, expected)
+                if problem is not None:
+                    return problem
+    except Exception as error:  # the target's raising is its finding, as the fuzzer counts it
+        return f"the target's runner, called at the batches {calls}, raised {error!r}"
+    return None
+
+
 def sweep_problem(sizes: tuple[int, ...], config: Any) -> str | None:
     """Why the target's capture set of ``sizes`` differs from eager, or None (also for a target
     without one)."""
     target, device = config.target, config.device
     if target.capture_set is None:
         return None
-    returns = bool(target.supports_tensor_returns)
-    model = TinyDecoder.build(device, config.seed)
-    wrap = target.eager_break_during_capture
-    breaks = (wrap(causal_attention), wrap(bias_logits if returns else bias_logits_into), returns)
-    lengths = [SEQ] * (max(sizes) + 1)
-    step = _SweptStep(model, sizes, AttentionMetadata(lengths), LogitBias(), breaks, [], set())
+    step = _swept_step(sizes, config)
     long = {"dtype": torch.long, "device": device}
     examples = (torch.zeros((1, SEQ), **long), torch.zeros(1, **long), torch.zeros(1, **long))
     caller = torch.cuda.current_stream()
@@ -430,7 +512,11 @@ def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
     """Why the runner loop of ``scenario``, or the target's capture set of its sizes, differs
     from eager, or None."""
     sizes = tuple(scenario["capture_set"]["sizes"])
-    return _runner_loop_problem(scenario, config) or sweep_problem(sizes, config)
+    return (
+        _runner_loop_problem(scenario, config)
+        or sweep_problem(sizes, config)
+        or runner_sweep_problem(sizes, config)
+    )
 
 
 def scenarios(streams: tuple[str, ...]) -> st.SearchStrategy[dict[str, Any]]:
@@ -463,6 +549,7 @@ def check(config: CheckConfig) -> CheckResult:
         found = Findings(NAME, config)
         found.fixed(functools.partial(engine_problem, CANONICAL))
         found.fixed(functools.partial(sweep_problem, SWEEP_SIZES))
+        found.fixed(functools.partial(runner_sweep_problem, SWEEP_SIZES))
 
         def body(scenario: dict[str, Any]) -> Finding | None:
             problem = engine_problem(scenario, config)

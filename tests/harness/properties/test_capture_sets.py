@@ -79,17 +79,29 @@ def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_k
         (
             "capture_set_slice_off_by_one",
             "engine",
-            "a call of the capture set at batch 1 (sizes (3, 2, 1)): the logits differ",
+            "a call of the capture set at batch 1 (sizes (3, 2, 1)): the breaks were given "
+            "lengths [2], the batch's are [1]",
         ),
         (
             "capture_set_output_unsliced",
             "engine",
-            "a call of the capture set at batch 1 (sizes (4, 2)): the logits have shape (2, 32)",
+            "a call of the capture set at batch 3 (sizes (4, 2)): the logits have shape (4, 32)",
         ),
         (
             "capture_set_pool_per_size",
             "engine",
             "the capture set of sizes (4, 2) returned outputs in graph pools",
+        ),
+        (
+            "capture_set_padding_skipped",
+            "engine",
+            "a call of the capture set at batch 3 (sizes (4, 2)): the breaks of the captured "
+            "size 4 were given rows 3 to 3 holding [1], not the pad value 0",
+        ),
+        (
+            "runner_signature_without_batch",
+            "engine",
+            "the target's runner, called at the batches [4, 3, 2, 1, 1, 2, 3, 4], raised",
         ),
     ],
 )
@@ -126,5 +138,5 @@ def test_the_caller_stream_is_checked_after_every_replay(bcg_kind, bcg_device):
 
 def test_a_capture_set_api_finding_stands_alone(bcg_kind, tmp_path: Path):
     scenario = {"fixed": "verification.properties.engine:sweep_problem", "args": (SWEEP_SIZES,)}
-    case = ("capture_set_output_unsliced", PROGRAM, scenario, "the logits have shape (2, 32)")
+    case = ("capture_set_output_unsliced", PROGRAM, scenario, "the logits have shape (4, 32)")
     _fails_on_the_planted_bug("engine", case, bcg_kind, tmp_path)
