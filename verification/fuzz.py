@@ -1,8 +1,8 @@
 """A fuzz campaign: hypothesis draws programs, the oracle checks them, findings get reports.
 
-With each program it draws a capture set (:func:`shared_pools`): usually none, else two or
-three captures of the program in one pool replayed in a drawn order, as an engine captures
-its batch sizes, judged once the program alone passed.
+With each program goes a capture set its input seed selects (:func:`shared_pool_for`):
+usually none, else two or three captures of the program in one pool replayed in some order,
+as an engine captures its batch sizes, judged once the program alone passed.
 
 :func:`run_campaign` runs in this process (under the simulator for ``sim``), reports every
 distinct violation it meets within its budget (:mod:`verification.search`), each shrunk by
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import pickle
+import random
 import tempfile
 import time
 from collections import Counter
@@ -156,19 +157,23 @@ def _tally(coverage: dict[str, Counter[str]], program: Program) -> None:
 
 # Captures in an example's capture set: most examples check the program alone, the rest
 # also capture it two or three times into one pool, as an engine captures its batch sizes.
-# Hypothesis shrinks towards the first entry: one capture.
 CAPTURES = (1, 1, 1, 2, 3)
 
 
-@st.composite
-def shared_pools(draw: st.DrawFn) -> SharedPool | None:
-    """None (the program alone), or a capture set of 2 or 3 captures in one pool replayed in
-    a drawn order (any order is legal: each replay's outputs are read before the next)."""
-    captures = draw(st.sampled_from(CAPTURES))
+def shared_pool_for(input_seed: int) -> SharedPool | None:
+    """The capture set an example's input seed selects: None (the program alone) for seed 0,
+    to which hypothesis shrinks, and for three seeds in five; else 2 or 3 captures in one pool
+    replayed in an order of 1 to 4 replays (any order is legal: each replay's outputs are read
+    before the next). Derived from the seed rather than drawn, so that the programs a
+    campaign's seed draws, example by example, are the ones it drew before capture sets."""
+    if input_seed == 0:
+        return None
+    chance = random.Random(input_seed)
+    captures = CAPTURES[chance.randrange(len(CAPTURES))]
     if captures == 1:
         return None
-    order = draw(st.lists(st.integers(0, captures - 1), min_size=1, max_size=4))
-    return SharedPool(captures, tuple(order))
+    order = tuple(chance.randrange(captures) for _ in range(chance.randint(1, 4)))
+    return SharedPool(captures, order)
 
 
 def _search(
@@ -193,8 +198,9 @@ def _search(
     )
     examples = config.examples if config.examples is not None else settings.default.max_examples
 
-    def example(drawn: tuple[Program, int, SharedPool | None]) -> Finding | None:
-        program, input_seed, shared = drawn
+    def example(drawn: tuple[Program, int]) -> Finding | None:
+        program, input_seed = drawn
+        shared = shared_pool_for(input_seed)
         counter[0] += 1
         if config.observe is not None:
             config.observe(program)
@@ -202,7 +208,7 @@ def _search(
         coverage["captures_per_pool"][str(1 if shared is None else shared.captures)] += 1
         progress(1)
         if config.program_file is not None:
-            config.program_file.write_bytes(pickle.dumps((program, input_seed, shared)))
+            config.program_file.write_bytes(pickle.dumps((program, input_seed)))
         try:
             return check_program(
                 program, target, device, input_seed, config.replays, config.ops, shared
@@ -211,7 +217,7 @@ def _search(
             return Finding(HARNESS_ERROR, FUZZ, str(error), "invalid-program", program, input_seed)
 
     return search(
-        st.tuples(strategy, st.integers(0, 2**16), shared_pools()),
+        st.tuples(strategy, st.integers(0, 2**16)),
         example,
         examples=examples,
         seed=config.seed,
@@ -286,7 +292,8 @@ def run_isolated(
             return status, None
         if not program_file.exists():
             return 1, None
-        program, input_seed, shared = pickle.loads(program_file.read_bytes())
+        program, input_seed = pickle.loads(program_file.read_bytes())
+    shared = shared_pool_for(input_seed)
     message = f"the process died by signal {signal_name(status)}"
     scenario = () if shared is None else shared.scenario
     if shared is not None:
