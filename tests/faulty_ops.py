@@ -126,6 +126,24 @@ FROZEN_BY_ADDRESS = _spec(
 FAULTY["FROZEN_BY_ADDRESS"] = "no state across calls"
 
 
+_WORKSPACES: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def mean_by_buffer(x: torch.Tensor, out: torch.Tensor) -> None:
+    # A workspace per buffer, keyed by its storage: right for one size, but every size of a
+    # capture set slices one buffer, so a smaller size sums rows a larger one left behind.
+    storage = x.untyped_storage()
+    rows = storage.nbytes() // x.element_size()
+    workspace = _WORKSPACES.setdefault(
+        (storage.data_ptr(), rows), torch.zeros(rows, dtype=x.dtype, device=x.device)
+    )
+    workspace[: x.shape[0]].copy_(x)
+    out.copy_((workspace.sum() / x.shape[0]).expand_as(out))
+
+
+WORKSPACE_PER_BUFFER = _spec(mean_by_buffer)
+
+
 # The spec vocabulary for real ops: each feature below has a correct op (in CLEAN_FEATURES)
 # and a planted op breaking it (in FAULTY_FEATURES, with the part the diagnosis must name).
 

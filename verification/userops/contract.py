@@ -3,8 +3,9 @@
 :func:`diagnose` runs the op on its own, and beside an open capture, on inputs drawn from
 the spec, and returns one :class:`~verification.findings.Finding` per part of the contract it broke, in plain
 words: declared writes (and masked writes), index bounds, duplicate indices, dependence on
-earlier calls (a frozen host value or a stashed tensor), unjoined side streams, and calls
-that break a concurrent ``global``-mode capture. Every check is one entry of :data:`CHECKS`.
+earlier calls (a frozen host value or a stashed tensor), state one batch size leaves for
+another when an engine's capture set calls the op at several sizes, unjoined side streams,
+and calls that break a concurrent ``global``-mode capture. Every check is one entry of :data:`CHECKS`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,14 @@ from verification.ops.spec import TensorMeta
 from verification.oracle import Tolerance, compare
 from verification.programs import input_expr
 from verification.userops.programs import coin_meta, draw_metas, fit_steps
-from verification.userops.spec import BreakOpSpec, LoadedSpec, TensorArg, resolve_bound
+from verification.userops.spec import (
+    BreakOpSpec,
+    LoadedSpec,
+    TensorArg,
+    dim_names,
+    resolve_bound,
+    resolve_shape,
+)
 
 # The check name of an op contract's findings; each names the broken part as its violation.
 CONTRACT = "contract"
@@ -434,6 +442,106 @@ def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Finding 
     )
 
 
+def _leading_dims(spec: BreakOpSpec) -> set[str]:
+    """The dims that size some argument's first dimension: the batch-like ones an engine's
+    capture set varies, slicing ``[:n]`` of buffers made for the largest size."""
+    return {
+        name
+        for arg in spec.args.values()
+        if arg.shape and isinstance(arg.shape[0], str)
+        for name in dim_names(arg.shape[0])
+        if name in spec.dims
+    }
+
+
+def _sizes(spec: BreakOpSpec, case: Case, dim: str) -> list[Case]:
+    """``case``, then the same call with ``dim`` halved, then at its least: an engine's
+    capture set of batch sizes, largest first (a size equal to an earlier one left out)."""
+    found: list[Case] = []
+    least = spec.dims[dim][0]
+    for value in (case.binding[dim], max(least, case.binding[dim] // 2), least):
+        binding = {**case.binding, dim: value}
+        if any(binding == other.binding for other in found):
+            continue
+        metas = tuple(
+            dataclasses.replace(meta, shape=resolve_shape(arg, binding))
+            for arg, meta in zip(spec.args.values(), case.metas)
+        )
+        found.append(Case(binding, metas, case.params, case.seed))
+    return found
+
+
+def _static_views(
+    top: dict[str, torch.Tensor], size: Case, spec: BreakOpSpec, device: str
+) -> dict[str, torch.Tensor]:
+    """A size's arguments as an engine's capture set holds them: the largest size's buffer
+    where the shape is the same, its first rows (at the same address) where only the first
+    dimension is smaller, else a buffer of the size's own."""
+    views = {}
+    for (name, buffer), meta in zip(top.items(), size.metas):
+        if tuple(buffer.shape) == meta.shape:
+            views[name] = buffer
+        elif tuple(buffer.shape[1:]) == meta.shape[1:] and meta.shape[0] <= buffer.shape[0]:
+            views[name] = buffer[: meta.shape[0]]
+        else:
+            views[name] = torch.empty(meta.shape, dtype=meta.dtype, device=device)
+    return views
+
+
+def check_sizes_in_one_pool(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
+    """Called as an engine's capture set calls a break: for each dim that leads an argument's
+    shape (a batch-like one), at the case's size and smaller ones (that dim halved, then at
+    its least), each size on the first rows of buffers made for the largest, captured largest
+    first, then replayed smallest first and the largest again, each replay on new values;
+    every replay must give what a first call gives."""
+    for dim in sorted(_leading_dims(loaded.spec)):
+        sizes = _sizes(loaded.spec, case, dim)
+        if len(sizes) > 1:
+            found = _sizes_problem(loaded, sizes, device)
+            if found is not None:
+                return found
+    return None
+
+
+def _sizes_problem(loaded: LoadedSpec, sizes: list[Case], device: str) -> Finding | None:
+    """The op called at ``sizes`` (largest first) as a capture set calls a break."""
+    spec, case = loaded.spec, sizes[0]
+    tol = Tolerance(spec.rtol, spec.atol)
+    top = materialize(spec, sizes[0], case.seed, device)
+    views = [_static_views(top, size, spec, device) for size in sizes]
+
+    def call(index: int, seed: int) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+        values = materialize(spec, sizes[index], seed, device)
+        for name, value in values.items():
+            views[index][name].copy_(value)
+        args = views[index]
+        return _outputs(spec, args, spec.call(*args.values(), **case.params)), values
+
+    for index in range(len(sizes)):  # the capture of each size
+        call(index, case.seed + index)
+    order = [*reversed(range(len(sizes))), 0]
+    for number, index in enumerate(order):
+        used, values = call(index, case.seed + 100 + number)
+        # The reference: the first call ever of a freshly imported op, on the same values.
+        reference = _fresh_spec(loaded) or spec
+        clean = {n: t.clone() for n, t in values.items()}
+        first = _outputs(spec, clean, reference.call(*clean.values(), **case.params))
+        if all(compare(a, b, tol) is None for a, b in zip(used, first)):
+            continue
+        described = " > ".join(f"({_describe(size)})" for size in sizes)
+        return broken(
+            "sizes in one pool",
+            f"called at sizes {described}, as an engine's capture set calls a break (each "
+            f"size on the first rows of buffers made for the largest, captured largest first, "
+            f"then replayed in order {order}), replay {number} at ({_describe(sizes[index])}) "
+            "gave other values than a first call on the same inputs: the op keeps state "
+            "across calls (a workspace, a cached view or index, a per-shape cache) that one "
+            "size leaves for another. Key such state by every size it depends on and by "
+            "nothing that sizes share (a buffer's address), or pass it in.",
+        )
+    return None
+
+
 def _stream_key(stream: Any) -> int:
     return int(stream.cuda_stream)
 
@@ -574,13 +682,15 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("no state across calls", check_earlier_calls),
     ("streams joined", check_streams_joined),
     ("concurrent capture", check_concurrent_global_capture),
+    # Last: it calls the op a dozen times, which the checks above should not see.
+    ("sizes in one pool", check_sizes_in_one_pool),
 )
 
 
 # The checks that judge the values an op leaves in its outputs. Those values race with work
 # the op left on an unjoined stream, so on a GPU they may look wrong or stale when only the
 # join is missing (the H200 showed both); the join is then the one part reported.
-RACED = ("declared writes", "no state across calls")
+RACED = ("declared writes", "no state across calls", "sizes in one pool")
 # The checks that feed an index argument a value the spec allows but draws seldom.
 VALUE_PARTS = ("index bounds", "unique indices")
 UNJOINED = "streams joined"
@@ -627,6 +737,9 @@ def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) 
     if UNJOINED in found:
         for part in RACED:
             found.pop(part, None)
+    if "no state across calls" in found:
+        # State one call leaves for the next at one size explains what sizes share too.
+        found.pop("sizes in one pool", None)
     if any(part in found for part in VALUE_PARTS):
         # The op failing on an index value explains its failing in the other checks too.
         found = {p: v for p, v in found.items() if p in VALUE_PARTS or not _raised(v)}

@@ -9,15 +9,23 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 
 from tests.child_env import child_env
 from tests.faulty_ops import FAULTY
 from verification.commands.cli import main
 from verification.fuzz import CampaignConfig, run_campaign
+from verification.ops.spec import TensorMeta
 from verification.targets import load_target
 from verification.userops.campaign import load_user_ops, op_campaign
-from verification.userops.contract import diagnose
+from verification.userops.contract import (
+    Case,
+    cases,
+    check_earlier_calls,
+    check_sizes_in_one_pool,
+    diagnose,
+)
 from verification.userops.programs import POSITIONS, break_positions, op_programs, user_op
 from verification.userops.spec import load_spec
 
@@ -168,3 +176,34 @@ def test_an_unjoined_op_is_judged_on_the_join_alone(monkeypatch, bcg_device):
     violations = diagnose(load_spec("tests.faulty_ops:UNJOINED_STREAM"), bcg_device, examples=1)
     kept = ["index bounds", "unique indices", "streams joined", "concurrent capture"]
     assert [v.violation for v in violations] == kept
+
+
+def test_state_one_batch_size_leaves_for_another_is_named_as_a_capture_set_calls_the_op(
+    bcg_device,
+):
+    # The op keeps a workspace per buffer: right for one size, wrong once the sizes of a
+    # capture set slice one buffer, which no check calling it at one size sees.
+    faulty = load_spec("tests.faulty_ops:WORKSPACE_PER_BUFFER")
+    meta = TensorMeta((8,), torch.float32)
+    case = Case({"n": 8}, (meta, meta), {}, 0)
+    assert check_earlier_calls(faulty, case, bcg_device) is None
+    found = check_sizes_in_one_pool(faulty, case, bcg_device)
+    assert found is not None and found.violation == "sizes in one pool"
+    assert "called at sizes (n=8) > (n=4) > (n=1)" in found.message
+    assert diagnose(faulty, bcg_device)  # reused addresses show its state elsewhere too
+    for ref in ("tests.faulty_ops:CLEAN", *EXAMPLES):
+        clean = load_spec(ref)
+        for case in _cases(clean, bcg_device):
+            assert check_sizes_in_one_pool(clean, case, bcg_device) is None, (ref, case)
+
+
+def _cases(loaded, device: str) -> list[Case]:
+    drawn: list[Case] = []
+
+    @settings(max_examples=5, database=None, suppress_health_check=list(HealthCheck))
+    @given(cases(loaded.spec))
+    def draw(case):
+        drawn.append(case)
+
+    draw()
+    return drawn
