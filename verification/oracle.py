@@ -198,10 +198,10 @@ def refused(
 
 @dataclass(frozen=True)
 class SharedPool:
-    """A capture set as the fuzzer draws it: once the program's own capture replayed as
-    eager, ``captures - 1`` more captures of it join that capture's pool, each on static inputs
-    of its own (an engine's batch sizes, which share a pool and read their own slices), and
-    the captures then replay in ``order`` (indices into the captures, the first one 0)."""
+    """A capture set of one program, as a fuzz example carries it: once the program alone
+    replayed as eager, ``captures`` captures of it in one new pool, each on static inputs of
+    its own (an engine's batch sizes, which share a pool and read their own buffers), replayed
+    in ``order`` (indices into the captures, in capture order)."""
 
     captures: int
     order: tuple[int, ...]
