@@ -49,7 +49,7 @@ from verification.properties.base import (
     timed,
 )
 from verification.properties.capture_set import CaptureSet, capture_sets
-from verification.properties.runner import RUNNER
+from verification.properties.runner import runner_class
 from verification.properties.runs import capture_place, capture_streams, pool_of, stream_left
 from verification.search import symptom
 
@@ -449,7 +449,7 @@ def runner_sweep_problem(sizes: tuple[int, ...], config: Any) -> str | None:
     """Why the target's runner, driven as an engine drives one (the decoder called at every
     batch of ``sizes``' sweep, largest first, each a signature of its own, then at each again,
     smallest first), differs from eager, or None (also for a target without a runner)."""
-    runner_type = getattr(config.target.module, RUNNER, None)
+    runner_type = runner_class(config)
     if runner_type is None:
         return None
     step = _swept_step(sizes, config)

@@ -92,6 +92,12 @@ def default_stream_witness_problem(config: CheckConfig) -> str | None:
     return _witness(config, torch.cuda.default_stream())
 
 
+def _elements(kind: str) -> int:
+    """The witness tensors' length: large on a GPU, so a missing order shows; small on the
+    simulator, whose race detector sees any."""
+    return WITNESS_ELEMENTS if kind == "cuda" else 256
+
+
 def _late_writer(config: CheckConfig) -> Any:
     """The witness's break: reads what a graph made and writes late what the next one reads."""
     kind = config.kind
@@ -107,7 +113,7 @@ def _late_writer(config: CheckConfig) -> Any:
 
 def _witness(config: CheckConfig, side: torch.cuda.Stream) -> str | None:
     target, kind, device = config.target, config.kind, config.device
-    elements = WITNESS_ELEMENTS if kind == "cuda" else 256
+    elements = _elements(kind)
     late_writer = _late_writer(config)
     x = torch.zeros(elements, device=device)
     out = torch.zeros(elements, device=device)
@@ -203,7 +209,7 @@ def capture_time_read_problem(config: CheckConfig) -> str | None:
     capture (the write made late by a sleep before it) and keeps it, as an engine's break
     writes its KV cache at capture: its capture-time run must see that write, so the capture's
     stream must wait for the default one. Replays alone cannot show this on a GPU."""
-    elements = WITNESS_ELEMENTS if config.kind == "cuda" else 256
+    elements = _elements(config.kind)
 
     @config.target.eager_break_during_capture
     def keep(x: torch.Tensor, kept: torch.Tensor) -> None:
@@ -237,7 +243,7 @@ def runner_from_default_stream_problem(config: CheckConfig) -> str | None:
     if runner is None:
         return None
     late_writer = _late_writer(config)
-    elements = WITNESS_ELEMENTS if config.kind == "cuda" else 256
+    elements = _elements(config.kind)
 
     def chain(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         late_writer(x * 2, out)

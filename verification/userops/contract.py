@@ -387,6 +387,15 @@ def _fresh_spec(loaded: LoadedSpec) -> BreakOpSpec | None:
     return fresh if isinstance(fresh, BreakOpSpec) else None
 
 
+def _first_call(
+    spec: BreakOpSpec, reference: BreakOpSpec, values: dict[str, torch.Tensor], params: Any
+) -> list[torch.Tensor]:
+    """What later code reads after ``reference`` (the op freshly imported, whose first call
+    this is) runs on copies of ``values``."""
+    clean = {n: t.clone() for n, t in values.items()}
+    return _outputs(spec, clean, reference.call(*clean.values(), **params))
+
+
 def _tensor_state(module_globals: dict[str, Any]) -> int:
     """How many tensors module-level state holds, looking into containers and objects."""
     count = 0
@@ -420,8 +429,7 @@ def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Finding 
     reference_spec = fresh or spec
     module_globals = getattr(reference_spec.raw_fn, "__globals__", {})
     tensors_before = _tensor_state(module_globals)
-    clean = {n: t.clone() for n, t in new.items()}
-    first = _outputs(spec, clean, reference_spec.call(*clean.values(), **case.params))
+    first = _first_call(spec, reference_spec, new, case.params)
     stashed = _tensor_state(module_globals) > tensors_before
     if all(compare(a, b, tol) is None for a, b in zip(used, first)):
         return None
@@ -523,9 +531,7 @@ def _sizes_problem(loaded: LoadedSpec, sizes: list[Case], device: str) -> Findin
     for number, index in enumerate(order):
         used, values = call(index, case.seed + 100 + number)
         # The reference: the first call ever of a freshly imported op, on the same values.
-        reference = _fresh_spec(loaded) or spec
-        clean = {n: t.clone() for n, t in values.items()}
-        first = _outputs(spec, clean, reference.call(*clean.values(), **case.params))
+        first = _first_call(spec, _fresh_spec(loaded) or spec, values, case.params)
         if all(compare(a, b, tol) is None for a, b in zip(used, first)):
             continue
         described = " > ".join(f"({_describe(size)})" for size in sizes)
