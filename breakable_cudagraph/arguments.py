@@ -10,7 +10,8 @@ read after its memory could be handed to anyone else.
 An alias is a function of what it is made of (storage address and size, device, dtype, offset,
 shape, strides), so one is made per such description and given to every break that passes a
 tensor of that description while the capture is open: the same tensor passed twice, and the
-same intermediate of the next layer, which the allocator puts where the last one was.
+same intermediate of the next layer, which the allocator puts where the last one was. Each
+alias is a view of one non-owning tensor over its whole storage, made once per storage.
 """
 
 from __future__ import annotations
@@ -57,10 +58,13 @@ class PoolMemory:
         self.held: dict[int, tuple[torch.Tensor, int]] = {}
         # alias key (see _alias_key) -> the alias made for it; only pool memory has one.
         self.aliases: dict[tuple[Any, ...], torch.Tensor] = {}
+        # (address, size, device, dtype) of a pool storage -> a non-owning tensor over all of it
+        self._storages: dict[tuple[Any, ...], torch.Tensor] = {}
 
     def forget_held(self) -> None:
         self.held = {}
         self.aliases = {}
+        self._storages = {}
 
     def capture_closed(self) -> None:
         """A capture using this record closed: what it held is forgotten, unless a sweep
@@ -69,10 +73,18 @@ class PoolMemory:
             self.forget_held()
 
     def alias(self, tensor: torch.Tensor, key: tuple[Any, ...]) -> torch.Tensor:
-        """The alias of pool tensor ``tensor`` (whose :func:`_alias_key` is ``key``)."""
+        """The alias of pool tensor ``tensor`` (whose :func:`_alias_key` is ``key``): a view of
+        one non-owning tensor over its whole storage, made once per storage and dtype.
+
+        The tensors of one storage (q, k and v split from one projection) and the storage a
+        later layer or size finds at the same place share that tensor, and a view of it costs
+        a third less than a tensor of its own; being views, they share one version counter."""
         alias = self.aliases.get(key)
         if alias is None:
-            alias = self.aliases[key] = non_owning_alias(tensor)
+            whole = self._storages.get(key[:4])
+            if whole is None:
+                whole = self._storages[key[:4]] = whole_storage_alias(tensor)
+            alias = self.aliases[key] = whole.as_strided(key[5], key[6], key[4])
         return alias
 
     def _refresh(self) -> None:
@@ -132,14 +144,21 @@ def _alias_key(tensor: torch.Tensor) -> tuple[Any, ...] | None:
     )
 
 
+def whole_storage_alias(tensor: torch.Tensor) -> torch.Tensor:
+    """A 1-D tensor of ``tensor``'s dtype over all of its storage's memory, which neither owns
+    nor keeps alive that memory."""
+    storage = tensor.untyped_storage()
+    nbytes = storage.nbytes()
+    borrowed = _construct_storage(storage.data_ptr(), tensor.device, nbytes)
+    # new_empty rather than torch.empty(..., dtype=, device=): same tensor, a third of the
+    # argument parsing.
+    return tensor.new_empty(0).set_(borrowed, 0, (nbytes // tensor.itemsize,), (1,))
+
+
 def non_owning_alias(tensor: torch.Tensor) -> torch.Tensor:
     """A tensor viewing ``tensor``'s memory that neither owns nor keeps alive that memory."""
-    storage = tensor.untyped_storage()
-    borrowed = _construct_storage(storage.data_ptr(), tensor.device, storage.nbytes())
-    # new_empty rather than torch.empty(..., dtype=, device=): same tensor, a third of the
-    # argument parsing, and every break pays it at capture.
-    alias = tensor.new_empty(0)
-    return alias.set_(borrowed, tensor.storage_offset(), tensor.size(), tensor.stride())
+    whole = whole_storage_alias(tensor)
+    return whole.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
 
 
 def hold_for_replay(tree: Any, pool_memory: PoolMemory) -> Any:

@@ -9,8 +9,9 @@ aliases made. Variants:
 * ``capture_set``: ``breakable_cudagraph.CaptureSet`` as it is;
 * ``strong``: the same with every break argument held strongly (no aliases: the minimal
   implementation's memory, to price the aliasing);
-* ``shared``: aliases sharing one borrowed storage per allocation (a candidate that did not
-  pay);
+* ``own_storage``: every alias made over a borrowed storage of its own
+  (``arguments.non_owning_alias``), as the library made them before its aliases became views
+  of one tensor per storage;
 * ``minimal``: ``bench.minimal.MinimalCapture``.
 
 ``python -m bench.probes.capture_breakdown [--rounds 4] [--variants capture_set,minimal]
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-VARIANTS = ("capture_set", "strong", "shared", "minimal")
+VARIANTS = ("capture_set", "strong", "own_storage", "minimal")
 
 
 def _timed(owner: Any, name: str, totals: dict[str, float], key: str) -> None:
@@ -58,28 +59,16 @@ def measure(variant: str, layers: int) -> dict[str, Any]:
     totals = {"begin": 0.0, "end": 0.0, "hold": 0.0, "aliases": 0.0}
     if variant == "strong":
         arguments._construct_storage = None
-    if variant == "shared":
-        borrowed: dict[tuple[int, int], Any] = {}
-        construct = torch._C._construct_storage_from_data_pointer
+    memory = arguments.PoolMemory
+    made = memory.alias
 
-        def shared_alias(tensor: torch.Tensor) -> torch.Tensor:
-            storage = tensor.untyped_storage()
-            key = (storage.data_ptr(), storage.nbytes())
-            if key not in borrowed:
-                borrowed[key] = construct(key[0], tensor.device, key[1])
-            alias = tensor.new_empty(0)
-            return alias.set_(
-                borrowed[key], tensor.storage_offset(), tensor.size(), tensor.stride()
-            )
+    def counted(self: Any, tensor: torch.Tensor, key: tuple[Any, ...]) -> torch.Tensor:
+        totals["aliases"] += key not in self.aliases
+        if variant == "own_storage" and key not in self.aliases:
+            self.aliases[key] = arguments.non_owning_alias(tensor)
+        return made(self, tensor, key)
 
-        arguments.non_owning_alias = shared_alias
-    made = arguments.non_owning_alias
-
-    def counted(tensor: torch.Tensor) -> torch.Tensor:
-        totals["aliases"] += 1
-        return made(tensor)
-
-    arguments.non_owning_alias = counted
+    memory.alias = counted
     _timed(torch.cuda.CUDAGraph, "capture_begin", totals, "begin")
     _timed(torch.cuda.CUDAGraph, "capture_end", totals, "end")
     _timed(capture, "hold_call_arguments", totals, "hold")

@@ -383,17 +383,17 @@ def _replay_eager_on_capture_stream(lib: ModuleType) -> None:
 def _alias_cached_per_address(lib: ModuleType) -> None:
     # Saves building an alias per break by caching one per address for the process: a
     # smaller batch's intermediate where a larger batch's lay gets the larger one's shape.
-    arguments = lib.arguments
-    make = arguments.non_owning_alias
+    memory = lib.arguments.PoolMemory
+    make = memory.alias
     cache: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
-    def non_owning_alias(tensor: torch.Tensor) -> torch.Tensor:
-        key = (tensor.data_ptr(), tensor.dtype)
-        if key not in cache:
-            cache[key] = make(tensor)
-        return cache[key]
+    def alias(self: Any, tensor: torch.Tensor, key: tuple[Any, ...]) -> torch.Tensor:
+        address = (tensor.data_ptr(), tensor.dtype)
+        if address not in cache:
+            cache[address] = make(self, tensor, key)
+        return cache[address]
 
-    arguments.non_owning_alias = non_owning_alias
+    memory.alias = alias
 
 
 def _edited(module: str, old: str, new: str) -> Callable[[ModuleType], None]:
@@ -778,6 +778,19 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
             "capture_set",
             "        for pad in padding:\n            pad.fill_(self.pad_value)\n",
             "",
+        ),
+    ),
+    "capture_set_pads_since_its_last_call": (
+        "each captured size pads only the rows its own last call wrote past the batch, as if "
+        "no call of another size wrote the rows beyond them",
+        "engine",
+        _edited(
+            "capture_set",
+            "        for pad in padding:\n            pad.fill_(self.pad_value)\n",
+            "        written = getattr(captured, 'last_batch', captured.size)\n"
+            "        for pad in padding:\n"
+            "            pad[: max(0, written - batch)].fill_(self.pad_value)\n"
+            "        captured.last_batch = batch\n",
         ),
     ),
     "runner_signature_without_batch": (
