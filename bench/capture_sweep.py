@@ -19,7 +19,9 @@ the reverse; with ``--rounds N``, N rotations of that pair), after one unmeasure
 takes the machine's first-use costs. Every
 size is first run eagerly on the capture stream (kernels, cuBLAS handles
 and workspaces exist before the measured window, as after an engine's profiling run), then the
-sweep is timed. Reported: the sweep's time, the pool's reserved bytes (``memory_reserved``
+sweep is timed. Reported: the sweep's time, that time over the same process's warm-up (the
+host's speed varies from process to process; the ratio divides it out), the capturing thread's
+CPU time, the pool's reserved bytes (``memory_reserved``
 delta) and the device memory beyond it (``mem_get_info`` delta minus the reserved delta: the
 instantiated graphs), and the median of synced replays at batch 1, 8 and 64 on the capture
 stream (static inputs copied in, as an engine's step does), each checked against the eager step.
@@ -319,10 +321,11 @@ def measure(column: str, shape: Shape, device: str) -> dict[str, Any]:
     gc.collect()
     torch.cuda.synchronize()
     reserved, free = torch.cuda.memory_reserved(), torch.cuda.mem_get_info()[0]
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.thread_time()
     call = SWEEPS[column](model, stream)
     torch.cuda.synchronize()
     capture_s = time.perf_counter() - began
+    capture_cpu_s = time.thread_time() - cpu
     pool_bytes = torch.cuda.memory_reserved() - reserved
     beyond_bytes = free - torch.cuda.mem_get_info()[0] - pool_bytes
     # The breaks ran at capture on what the graphs had not computed yet and wrote it into the
@@ -354,6 +357,7 @@ def measure(column: str, shape: Shape, device: str) -> dict[str, Any]:
         "column": column,
         "warmup_s": warmup_s,
         "capture_s": capture_s,
+        "capture_cpu_s": capture_cpu_s,
         "pool_bytes": pool_bytes,
         "beyond_pool_bytes": beyond_bytes,
         "graphs": _graph_count(call),
@@ -410,6 +414,14 @@ def markdown(result: dict[str, Any]) -> str:
         rows: list[tuple[str, Callable[[dict[str, Any]], float], str]] = [
             ("warm-up of every size (eager), s", lambda r: r["warmup_s"], ".3f"),
             ("capture of every size, s", lambda r: r["capture_s"], ".3f"),
+            # The host's speed moves from one process to the next (capture 0.36 to 0.63 s on
+            # the H200 for the same code); both figures below divide it out or leave it out.
+            ("capture / warm-up, same process", lambda r: r["capture_s"] / r["warmup_s"], ".4f"),
+            (
+                "capture, the capturing thread's CPU s",
+                lambda r: r.get("capture_cpu_s", float("nan")),
+                ".3f",
+            ),
             ("pool reserved, MiB", lambda r: r["pool_bytes"] / MIB, ".1f"),
             ("device memory beyond the pool, MiB", lambda r: r["beyond_pool_bytes"] / MIB, ".1f"),
             ("instantiated graphs", lambda r: r["graphs"], "d"),

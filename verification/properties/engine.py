@@ -18,13 +18,15 @@ caller's current stream must be unchanged after every capture and replay.
 
 A target with a capture-set API (:attr:`~verification.targets.Target.capture_set`) is then
 given the same decoder as a function of the batch and the same sizes: making the set must run
-the function at every size, largest first; a call at every captured size, at a batch one below
-each size that is not captured (padded), and at one above the largest (eager), made largest
-first, must equal the eager forward at that batch, with outputs of that batch, without running
+the function at every size, largest first; calls at every captured size, at a batch one below
+each size that is not captured (padded), and at one above the largest (eager), made so that
+each of these batches follows every other (and itself), :func:`every_history`, must equal the
+eager forward at that batch, with outputs of that batch, without running
 the function except above the largest size, and leave the caller's stream current; a replayed
 call's breaks must be given the batch's rows and then the pad value 0, never an earlier call's
 rows; the outputs of every replayed call must lie in one graph pool. A fixed set of sizes 4 and 2
-runs first, so that padded batches are always among them.
+runs first, so that padded batches are always among them, called so that each batch follows
+every history of two calls; the target's runner is driven at the same batches alike.
 """
 
 from __future__ import annotations
@@ -62,9 +64,10 @@ VOCAB = 32
 SEQ = 3
 MAX_BATCH = 4
 RTOL = ATOL = 1e-4
-# An example costs about twenty-three fuzz examples (ten for the runner loop, seven for a
-# target's capture set, six for its runner's sweep): the hypothesis budget is divided by this.
-COST = 23
+# An example costs about forty-one fuzz examples (six for the runner loop, twenty-one for a
+# target's capture set called at every pair of batches, fourteen for its runner's): the
+# hypothesis budget is divided by this.
+COST = 41
 # The scenario run first, whatever is drawn: every size, out of order, one re-capture,
 # replayed on a stream neither captured on, one capture with a bias and one without.
 CANONICAL: dict[str, Any] = {
@@ -328,10 +331,38 @@ def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
 
 def _sweep_batches(sizes: tuple[int, ...]) -> list[int]:
     """One above the largest size, then every captured size and a padded batch below each
-    size whose batch - 1 is not captured, largest first: each padded batch comes after a
-    call that wrote the rows it must pad, as an engine's shrinking batches do."""
+    size whose batch - 1 is not captured, largest first."""
     padded = [size - 1 for size in sizes if size > 1 and size - 1 not in sizes]
     return [max(sizes) + 1, *sorted({*sizes, *padded}, reverse=True)]
+
+
+def every_history(batches: list[int], length: int = 2) -> list[int]:
+    """``batches`` called in an order in which every sequence of ``length`` of them (repeats
+    included) is ``length`` consecutive calls, once: a de Bruijn sequence of that order, of
+    ``len(batches) ** length + length - 1`` calls, starting with ``batches[0]``.
+
+    A call of a capture set or a runner finds what the calls before it left (rows written past
+    a smaller batch, buffers a call believes it filled, slices kept from the last call).
+    Shrinking batches alone show only some of those histories, and so miss a call that pads
+    only after some other size, or skips a copy after the same one; order 2 gives every call
+    after every other, order 3 every call after every history of two."""
+    word = [0] * (length + 1)
+    order: list[int] = []
+
+    def extend(position: int, period: int) -> None:  # Fredricksen-Kessler-Maiorana
+        if position > length:
+            if length % period == 0:
+                order.extend(word[1 : period + 1])
+            return
+        word[position] = word[position - period]
+        extend(position + 1, period)
+        for symbol in range(word[position - period] + 1, len(batches)):
+            word[position] = symbol
+            extend(position + 1, position)
+
+    extend(1, 1)
+    cyclic = order + (order * length)[: length - 1]  # the last calls close the cycle
+    return [batches[symbol] for symbol in cyclic]
 
 
 def _rows_problem(where: str, given: torch.Tensor, lengths: list[int]) -> str | None:
@@ -360,16 +391,23 @@ def _batch_inputs(
     return (tokens.to(device), (lens - 1).to(device), lens.to(device)), lengths
 
 
+def _after(calls: list[int], number: int, history: int) -> str:
+    """Call ``number`` of ``calls`` and the ``history - 1`` calls before it, for a message."""
+    before = calls[max(0, number - history + 1) : number]
+    return f"batch {calls[number]}" + (f" after batches {before}" if before else " first")
+
+
 def _sweep_call_problem(
-    sweep: Any, step: _SweptStep, batch: int, number: int, config: Any
+    sweep: Any, step: _SweptStep, batch: int, number: int, config: Any, after: str
 ) -> str | None:
-    """One call of the capture set at ``batch``, against the eager forward on the same tokens."""
+    """One call of the capture set at ``batch`` (``after``: the calls before it, for the
+    message), against the eager forward on the same tokens."""
     batched, lengths = _batch_inputs(step, config.seed * 1000 + number, batch, config.device)
     expected = step.model.forward(*batched, step.metadata, step.state, step.breaks)
     before, caller = len(step.batches), torch.cuda.current_stream()
     step.given.clear()
     got = sweep(*batched)
-    where = f"a call of the capture set at batch {batch} (sizes {step.sizes})"
+    where = f"a call of the capture set at {after} (sizes {step.sizes})"
     left = stream_left(caller, where)
     torch.cuda.synchronize()
     ran = step.batches[before:]
@@ -445,21 +483,22 @@ def _swept_step(sizes: tuple[int, ...], config: Any) -> _SweptStep:
     return _SweptStep(model, sizes, metadata, LogitBias(), breaks, [], set(), given)
 
 
-def runner_sweep_problem(sizes: tuple[int, ...], config: Any) -> str | None:
+def runner_sweep_problem(sizes: tuple[int, ...], config: Any, history: int = 2) -> str | None:
     """Why the target's runner, driven as an engine drives one (the decoder called at every
-    batch of ``sizes``' sweep, largest first, each a signature of its own, then at each again,
-    smallest first), differs from eager, or None (also for a target without a runner)."""
+    batch of ``sizes``' sweep, each a signature of its own, met largest first, each batch
+    after every history of ``history - 1`` calls: :func:`every_history`), differs from eager,
+    or None (also for a target without a runner)."""
     runner_type = runner_class(config)
     if runner_type is None:
         return None
     step = _swept_step(sizes, config)
-    batches = _sweep_batches(sizes)[1:]
-    calls = batches + batches[::-1]
+    calls = every_history(_sweep_batches(sizes)[1:], history)
+    where = "the target's runner"
     try:
         with collector_paused():
             runner = runner_type(step)
             for number, batch in enumerate(calls):
-                where = f"the runner's call at batch {batch} (batches {calls})"
+                where = f"the runner's call at {_after(calls, number, history)}"
                 seed = config.seed * 1000 + 500 + number
                 batched, _ = _batch_inputs(step, seed, batch, config.device)
                 expected = step.model.forward(*batched, step.metadata, step.state, step.breaks)
@@ -469,13 +508,13 @@ def runner_sweep_problem(sizes: tuple[int, ...], config: Any) -> str | None:
                 if problem is not None:
                     return problem
     except Exception as error:  # the target's raising is its finding, as the fuzzer counts it
-        return f"the target's runner, called at the batches {calls}, raised {error!r}"
+        return f"{where} raised {error!r}"
     return None
 
 
-def sweep_problem(sizes: tuple[int, ...], config: Any) -> str | None:
-    """Why the target's capture set of ``sizes`` differs from eager, or None (also for a target
-    without one)."""
+def sweep_problem(sizes: tuple[int, ...], config: Any, history: int = 2) -> str | None:
+    """Why the target's capture set of ``sizes``, each batch called after every history of
+    ``history - 1`` calls, differs from eager, or None (also for a target without one)."""
     target, device = config.target, config.device
     if target.capture_set is None:
         return None
@@ -494,8 +533,17 @@ def sweep_problem(sizes: tuple[int, ...], config: Any) -> str | None:
                 f"making a capture set of sizes {sizes} ran the function at batches "
                 f"{step.batches}: every size once or more, largest first, was expected"
             )
-        for number, batch in enumerate(_sweep_batches(sizes)):
-            problem = _sweep_call_problem(sweep, step, batch, number, config)
+        batches = _sweep_batches(sizes)
+        # Beyond pairs, the eager batch above the sizes comes only first: it replays nothing,
+        # and each batch more in a walk of order 3 costs its square in calls.
+        calls = (
+            every_history(batches, history)
+            if history <= 2
+            else [batches[0], *every_history(batches[1:], history)]
+        )
+        for number, batch in enumerate(calls):
+            after = _after(calls, number, history)
+            problem = _sweep_call_problem(sweep, step, batch, number, config, after)
             if problem is not None:
                 return problem
         if len(step.pools) != 1 or None in step.pools:
@@ -506,6 +554,18 @@ def sweep_problem(sizes: tuple[int, ...], config: Any) -> str | None:
     except Exception as error:  # the target's raising is its finding, as the fuzzer counts it
         return f"the target's capture set of sizes {sizes} raised {error!r}"
     return None
+
+
+def sweep_history_problem(config: Any) -> str | None:
+    """:func:`sweep_problem` at :data:`SWEEP_SIZES`, each batch after every history of two
+    calls (67 calls: too many for every drawn example, which gets every pair)."""
+    return sweep_problem(SWEEP_SIZES, config, history=3)
+
+
+def runner_history_problem(config: Any) -> str | None:
+    """:func:`runner_sweep_problem` at :data:`SWEEP_SIZES`, each batch after every history of
+    two calls."""
+    return runner_sweep_problem(SWEEP_SIZES, config, history=3)
 
 
 def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
@@ -548,8 +608,8 @@ def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[Finding]]:
         found = Findings(NAME, config)
         found.fixed(functools.partial(engine_problem, CANONICAL))
-        found.fixed(functools.partial(sweep_problem, SWEEP_SIZES))
-        found.fixed(functools.partial(runner_sweep_problem, SWEEP_SIZES))
+        found.fixed(sweep_history_problem)
+        found.fixed(runner_history_problem)
 
         def body(scenario: dict[str, Any]) -> Finding | None:
             problem = engine_problem(scenario, config)

@@ -14,13 +14,20 @@ from pathlib import Path
 import pytest
 import torch
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.harness.properties.test_program_reproducers import PROGRAM, _fails_on_the_planted_bug
 from tests.property_checks import check, failing
 from verification.planted import vllm_minimal
 from verification.properties.base import CheckConfig
 from verification.properties.capture_set import CaptureSet, capture_set_problem, capture_sets
-from verification.properties.engine import CANONICAL, SWEEP_SIZES, engine_problem, sweep_problem
+from verification.properties.engine import (
+    CANONICAL,
+    SWEEP_SIZES,
+    engine_problem,
+    every_history,
+    sweep_problem,
+)
 from verification.targets import load_target
 
 SET = CaptureSet(
@@ -47,6 +54,15 @@ def test_the_library_replays_a_capture_set_as_eager_on_every_stream(bcg_kind, bc
 def test_the_engine_scenario_replays_as_eager_on_the_library(bcg_kind, bcg_device):
     config = CheckConfig(load_target("breakable_cudagraph"), bcg_kind, bcg_device, 1)
     assert engine_problem(CANONICAL, config) is None
+
+
+@given(st.lists(st.integers(1, 64), min_size=1, max_size=6, unique=True), st.integers(1, 3))
+@settings(max_examples=40, deadline=None)
+def test_every_history_of_calls_is_walked_once(batches, length):
+    calls = every_history(batches, length)
+    runs = [tuple(calls[i : i + length]) for i in range(len(calls) - length + 1)]
+    assert len(runs) == len(set(runs)) == len(batches) ** length
+    assert set(calls) == set(batches) and calls[0] == batches[0]
 
 
 def test_the_librarys_capture_set_api_replays_every_drawn_size_as_eager(bcg_kind, bcg_device):
@@ -79,13 +95,14 @@ def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_k
         (
             "capture_set_slice_off_by_one",
             "engine",
-            "a call of the capture set at batch 1 (sizes (3, 2, 1)): the breaks were given "
-            "lengths [2], the batch's are [1]",
+            "a call of the capture set at batch 1 after batches [4] (sizes (3, 2, 1)): the breaks "
+            "were given lengths [2], the batch's are",
         ),
         (
             "capture_set_output_unsliced",
             "engine",
-            "a call of the capture set at batch 3 (sizes (4, 2)): the logits have shape (4, 32)",
+            "a call of the capture set at batch 3 after batches [4, 4] (sizes (4, 2)): the logits "
+            "have shape (4, 32)",
         ),
         (
             "capture_set_pool_per_size",
@@ -95,13 +112,18 @@ def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_k
         (
             "capture_set_padding_skipped",
             "engine",
-            "a call of the capture set at batch 3 (sizes (4, 2)): the breaks of the captured "
-            "size 4 were given rows 3 to 3 holding [1], not the pad value 0",
+            "(sizes (4, 2)): the breaks of the captured size 4 were given rows 3 to 3 holding",
+        ),
+        (
+            "capture_set_pads_since_its_last_call",
+            "engine",
+            "a call of the capture set at batch 1 after batches [1, 4] (sizes (4, 2)): the breaks "
+            "of the captured size 2 were given rows 1 to 1 holding",
         ),
         (
             "runner_signature_without_batch",
             "engine",
-            "the target's runner, called at the batches [4, 3, 2, 1, 1, 2, 3, 4], raised",
+            "the runner's call at batch 3 after batches [4, 4] raised",
         ),
     ],
 )
