@@ -14,7 +14,9 @@ neither side; the report is the median capture time, and per break
 Usage: ``python -m bench.capture_overhead_cpu [--breaks 0 64 256] [--rounds 15] [--profile]
 [--baseline DIR]``; ``--baseline`` times a second copy of the package (another commit's) in
 the same rounds, which is how before/after is compared on a noisy machine. A second measure
-times a tight loop of breaks with no ops between them: the per-break cost alone.
+times a tight loop of breaks with no ops between them: the per-break cost alone. A third runs
+the breaks of an engine's sweep (``bench.capture_sweep``'s arguments, on CPU stand-ins): what
+holding arguments in and out of the pool costs per break.
 """
 
 from __future__ import annotations
@@ -181,6 +183,116 @@ def measure_loops(
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+SWEEP_SIZES = (1, 2, 4, *range(8, 513, 8))
+SWEEP_LAYERS, HEADS, HEAD_DIM = 8, 8, 16
+
+
+class _SweepStandIn:
+    """The break arguments of ``bench.capture_sweep``'s 8-layer sweep of 67 sizes, on CPU: per
+    layer q, k and v split from one projection and an output, at the places an allocator
+    reuses in a pool (an arena the allocator's snapshot reports as the pool), the batch's
+    positions (a slice of a buffer outside the pool, one per size, passed to every layer) and
+    the layer's key and value caches (outside the pool). Each implementation runs the sweep's
+    captures and breaks and nothing else: the difference is what each pays per break for
+    holding its arguments."""
+
+    def __init__(self) -> None:
+        width = 3 * HEADS * HEAD_DIM
+        self.arena = torch.empty(2 * max(SWEEP_SIZES) * width, dtype=torch.bfloat16)
+        self.positions = torch.zeros(max(SWEEP_SIZES), dtype=torch.long)
+        cache = (max(SWEEP_SIZES), 4, HEADS, HEAD_DIM)
+        self.caches = [
+            (torch.zeros(cache, dtype=torch.bfloat16), torch.zeros(cache, dtype=torch.bfloat16))
+            for _ in range(SWEEP_LAYERS)
+        ]
+
+    def snapshot(self, *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        return [
+            {
+                "address": self.arena.data_ptr(),
+                "total_size": self.arena.untyped_storage().nbytes(),
+                "segment_pool_id": pool,
+            }
+            for pool in _POOLS
+        ]
+
+    def arguments(self, size: int, layer: int, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        width = 3 * HEADS * HEAD_DIM
+        start = (layer % 2) * size * width  # two places, as a pool's allocator alternates
+        qkv = self.arena[start : start + size * width].view(size, 3, HEADS, HEAD_DIM)
+        q, k, v = qkv.unbind(1)
+        end = self.arena.numel() - size * HEADS * HEAD_DIM
+        out = self.arena[end:].view(size, HEADS, HEAD_DIM)
+        return q, k, v, positions, *self.caches[layer], out
+
+
+def _attention_stand_in(*args: torch.Tensor) -> None:
+    pass
+
+
+def library_sweep(lib: ModuleType) -> Callable[[_SweepStandIn], float]:
+    """Thread CPU seconds of one sweep by ``lib``'s captures sharing one record of the pool,
+    with the collector paused for the sweep, as ``CaptureSet`` does."""
+
+    def sweep(stand_in: _SweepStandIn) -> float:
+        brk = lib.eager_break_during_capture(_attention_stand_in)
+        pool = torch.cuda.graph_pool_handle()
+        record = lib.arguments.PoolMemory(pool, sweep=True)
+        start = time.thread_time()
+        lib.collector.pause()
+        try:
+            for size in reversed(SWEEP_SIZES):
+                capture = lib.BreakableCUDAGraphCapture(pool=pool)
+                capture._pool_memory = record
+                positions = stand_in.positions[:size]  # the batch's slice, as a call's input
+                with capture:
+                    for layer in range(SWEEP_LAYERS):
+                        brk(*stand_in.arguments(size, layer, positions))
+        finally:
+            lib.collector.resume()
+        record.forget_held()
+        return time.thread_time() - start
+
+    return sweep
+
+
+def minimal_sweep(stand_in: _SweepStandIn) -> float:
+    """The same sweep by ``bench.minimal``, the collector off for it (as ``bench.capture_sweep``
+    runs it)."""
+    pool = torch.cuda.graph_pool_handle()
+    start = time.thread_time()
+    gc.disable()
+    try:
+        for size in reversed(SWEEP_SIZES):
+            capture = MinimalCapture(pool)
+            positions = stand_in.positions[:size]
+            with capture:
+                for layer in range(SWEEP_LAYERS):
+                    capture.brk(_attention_stand_in, *stand_in.arguments(size, layer, positions))
+    finally:
+        gc.enable()
+    return time.thread_time() - start
+
+
+def measure_sweep(
+    rounds: int, sweeps: dict[str, Callable[[_SweepStandIn], float]]
+) -> dict[str, float]:
+    """Median seconds per break of each implementation's sweep, over interleaved rounds."""
+    stand_in = _SweepStandIn()
+    names = list(sweeps)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    breaks = len(SWEEP_SIZES) * SWEEP_LAYERS
+    with fake_cuda(), mock.patch.object(torch.cuda, "memory_snapshot", stand_in.snapshot):
+        for name in names:
+            sweeps[name](stand_in)
+        for r in range(rounds):
+            shift = r % len(names)
+            for name in names[shift:] + names[:shift]:
+                gc.collect()
+                samples[name].append(sweeps[name](stand_in) / breaks)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 IMPLEMENTATIONS: dict[str, Build] = {
     "library": library_target(breakable_cudagraph),
     "minimal": micro.TARGETS["minimal"],
@@ -305,10 +417,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     impls = dict(IMPLEMENTATIONS)
     loops = {"library": library_loop(breakable_cudagraph), "minimal": minimal_loop}
+    sweeps = {"library": library_sweep(breakable_cudagraph), "minimal": minimal_sweep}
     if args.baseline is not None:
         baseline = load_baseline(args.baseline)
         impls["baseline"] = library_target(baseline)
         loops["baseline"] = library_loop(baseline)
+        sweeps["baseline"] = library_sweep(baseline)
     result = measure(sorted(set(args.breaks)), args.ops, args.numel, args.rounds, impls)
     print(
         f"ops {args.ops}, numel {args.numel}, {args.rounds} interleaved rounds, "
@@ -322,6 +436,20 @@ def main(argv: list[str] | None = None) -> int:
             f"{name} {seconds * 1e6:.2f} us"
             + ("" if name == "minimal" else f" (+{(seconds - per_break['minimal']) * 1e6:.2f})")
             for name, seconds in per_break.items()
+        )
+    )
+    per_sweep_break = measure_sweep(args.rounds, sweeps)
+    print(
+        f"\nAn engine's sweep ({len(SWEEP_SIZES)} sizes x {SWEEP_LAYERS} layers, 7 arguments a "
+        "break, 4 of them in the pool), median per break: "
+        + ", ".join(
+            f"{name} {seconds * 1e6:.2f} us"
+            + (
+                ""
+                if name == "minimal"
+                else f" (+{(seconds - per_sweep_break['minimal']) * 1e6:.2f})"
+            )
+            for name, seconds in per_sweep_break.items()
         )
     )
     if args.profile:

@@ -97,6 +97,7 @@ def test_cpu_capture_overhead_benchmark_runs_without_a_gpu() -> None:
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| 2 |" in done.stdout and "Tight loop of 2 breaks" in done.stdout
+    assert "An engine's sweep (67 sizes x 8 layers" in done.stdout and "baseline" in done.stdout
 
 
 def test_sim_fuzz_rate_reads_the_rate_and_start_up_that_fuzz_prints() -> None:
@@ -189,10 +190,14 @@ def test_capture_sweep_runs_every_column_in_both_orders_on_the_simulator(tmp_pat
     for rows in runs["columns"].values():
         assert len(rows) == 2 and all(row["correct"] for row in rows), rows
         assert all(
-            {"capture_s", "pool_bytes", "beyond_pool_bytes", "graphs"} <= set(row) for row in rows
+            {"capture_s", "capture_cpu_s", "pool_bytes", "beyond_pool_bytes", "graphs"} <= set(row)
+            for row in rows
         )
         assert all(set(row["replay_s"]) == {"1", "8"} for row in rows)
-    assert "| capture of every size, s |" in (tmp_path / "capture_sweep.md").read_text()
+    table = (tmp_path / "capture_sweep.md").read_text()
+    assert (
+        "| capture of every size, s |" in table and "| capture / warm-up, same process |" in table
+    )
 
 
 def test_capture_sweep_refuses_zero_layers_with_one_error_line() -> None:

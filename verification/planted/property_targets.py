@@ -793,6 +793,24 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
             "        captured.last_batch = batch\n",
         ),
     ),
+    "capture_set_copy_skipped_for_the_same_inputs": (
+        "the capture set skips copying a batch in when its inputs lie where the last call's did, "
+        "as if the batch were already in: a caller that rewrites its buffers in place replays "
+        "the last batch",
+        "engine",
+        _edited(
+            "capture_set",
+            "        for buffer, x in zip(static, inputs):\n"
+            "            if buffer.data_ptr() != x.data_ptr():\n"
+            "                buffer.copy_(x)\n",
+            "        seen = tuple(x.data_ptr() for x in inputs)\n"
+            "        if seen != getattr(self, '_last_copied', None):\n"
+            "            for buffer, x in zip(static, inputs):\n"
+            "                if buffer.data_ptr() != x.data_ptr():\n"
+            "                    buffer.copy_(x)\n"
+            "        self._last_copied = seen\n",
+        ),
+    ),
     "runner_signature_without_batch": (
         "the runner's signature leaves out each tensor's first dimension, the batch: a call at "
         "another batch size replays the capture of the first",

@@ -26,7 +26,9 @@ the function except above the largest size, and leave the caller's stream curren
 call's breaks must be given the batch's rows and then the pad value 0, never an earlier call's
 rows; the outputs of every replayed call must lie in one graph pool. A fixed set of sizes 4 and 2
 runs first, so that padded batches are always among them, called so that each batch follows
-every history of two calls; the target's runner is driven at the same batches alike.
+every history of two calls, each call given its inputs sliced from the caller's own buffers,
+rewritten in place as an engine's are (drawn examples draw that or new tensors); the target's
+runner is driven at the same batches alike.
 """
 
 from __future__ import annotations
@@ -384,11 +386,17 @@ def _rows_problem(where: str, given: torch.Tensor, lengths: list[int]) -> str | 
 def _batch_inputs(
     step: _SweptStep, seed: int, batch: int, device: str
 ) -> tuple[tuple[torch.Tensor, ...], list[int]]:
-    """A step's tokens, last positions and lengths on the device, the host lengths set."""
+    """A step's tokens, last positions and lengths on the device, the host lengths set: new
+    tensors, or the step's caller buffers' ``[:batch]`` written in place."""
     tokens, lengths, _ = _step_inputs(seed, batch, False)
     step.metadata.lengths[:batch] = lengths
     lens = torch.tensor(lengths, dtype=torch.long)
-    return (tokens.to(device), (lens - 1).to(device), lens.to(device)), lengths
+    fresh = (tokens.to(device), (lens - 1).to(device), lens.to(device))
+    if step.caller_buffers is None:
+        return fresh, lengths
+    for buffer, values in zip(step.caller_buffers, fresh):
+        buffer[:batch].copy_(values)
+    return tuple(buffer[:batch] for buffer in step.caller_buffers), lengths
 
 
 def _after(calls: list[int], number: int, history: int) -> str:
@@ -407,7 +415,7 @@ def _sweep_call_problem(
     before, caller = len(step.batches), torch.cuda.current_stream()
     step.given.clear()
     got = sweep(*batched)
-    where = f"a call of the capture set at {after} (sizes {step.sizes})"
+    where = f"a call of the capture set at {after} (sizes {step.sizes}{step.inputs})"
     left = stream_left(caller, where)
     torch.cuda.synchronize()
     ran = step.batches[before:]
@@ -456,6 +464,15 @@ class _SweptStep:
     # The device lengths each attention call was given since the last call of the set: at
     # replay, the captured size's rows of the static buffer.
     given: list[torch.Tensor]
+    # The caller's own input buffers, one batch above the largest size, whose [:batch] every
+    # call is given after writing it in place, as an engine reuses its input buffers; None:
+    # every call is given new tensors.
+    caller_buffers: tuple[torch.Tensor, ...] | None = None
+
+    @property
+    def inputs(self) -> str:
+        """How calls are given their inputs, for a message."""
+        return "" if self.caller_buffers is None else ", inputs sliced from the caller's buffers"
 
     def __call__(
         self, tokens: torch.Tensor, last: torch.Tensor, seq_lens: torch.Tensor
@@ -464,9 +481,9 @@ class _SweptStep:
         return self.model.forward(tokens, last, seq_lens, self.metadata, self.state, self.breaks)
 
 
-def _swept_step(sizes: tuple[int, ...], config: Any) -> _SweptStep:
+def _swept_step(sizes: tuple[int, ...], config: Any, caller_buffers: bool) -> _SweptStep:
     """The decoder of ``config``'s seed with the target's breaks, for batches up to one above
-    the largest of ``sizes``."""
+    the largest of ``sizes``, given its inputs in the caller's own buffers or not."""
     target = config.target
     returns = bool(target.supports_tensor_returns)
     given: list[torch.Tensor] = []
@@ -480,25 +497,36 @@ def _swept_step(sizes: tuple[int, ...], config: Any) -> _SweptStep:
     breaks = (wrap(attention), wrap(bias_logits if returns else bias_logits_into), returns)
     metadata = AttentionMetadata([SEQ] * (max(sizes) + 1))
     model = TinyDecoder.build(config.device, config.seed)
-    return _SweptStep(model, sizes, metadata, LogitBias(), breaks, [], set(), given)
+    step = _SweptStep(model, sizes, metadata, LogitBias(), breaks, [], set(), given)
+    if caller_buffers:
+        rows, long = max(sizes) + 1, {"dtype": torch.long, "device": config.device}
+        step.caller_buffers = (
+            torch.zeros((rows, SEQ), **long),
+            torch.zeros(rows, **long),
+            torch.zeros(rows, **long),
+        )
+    return step
 
 
-def runner_sweep_problem(sizes: tuple[int, ...], config: Any, history: int = 2) -> str | None:
+def runner_sweep_problem(
+    sizes: tuple[int, ...], config: Any, history: int = 2, caller_buffers: bool = False
+) -> str | None:
     """Why the target's runner, driven as an engine drives one (the decoder called at every
     batch of ``sizes``' sweep, each a signature of its own, met largest first, each batch
     after every history of ``history - 1`` calls: :func:`every_history`), differs from eager,
-    or None (also for a target without a runner)."""
+    or None (also for a target without a runner). ``caller_buffers``: each call is given its
+    inputs in the caller's own buffers (see :class:`_SweptStep`)."""
     runner_type = runner_class(config)
     if runner_type is None:
         return None
-    step = _swept_step(sizes, config)
+    step = _swept_step(sizes, config, caller_buffers)
     calls = every_history(_sweep_batches(sizes)[1:], history)
     where = "the target's runner"
     try:
         with collector_paused():
             runner = runner_type(step)
             for number, batch in enumerate(calls):
-                where = f"the runner's call at {_after(calls, number, history)}"
+                where = f"the runner's call at {_after(calls, number, history)}{step.inputs}"
                 seed = config.seed * 1000 + 500 + number
                 batched, _ = _batch_inputs(step, seed, batch, config.device)
                 expected = step.model.forward(*batched, step.metadata, step.state, step.breaks)
@@ -512,13 +540,17 @@ def runner_sweep_problem(sizes: tuple[int, ...], config: Any, history: int = 2) 
     return None
 
 
-def sweep_problem(sizes: tuple[int, ...], config: Any, history: int = 2) -> str | None:
+def sweep_problem(
+    sizes: tuple[int, ...], config: Any, history: int = 2, caller_buffers: bool = False
+) -> str | None:
     """Why the target's capture set of ``sizes``, each batch called after every history of
-    ``history - 1`` calls, differs from eager, or None (also for a target without one)."""
+    ``history - 1`` calls, differs from eager, or None (also for a target without one).
+    ``caller_buffers``: each call is given its inputs in the caller's own buffers (see
+    :class:`_SweptStep`)."""
     target, device = config.target, config.device
     if target.capture_set is None:
         return None
-    step = _swept_step(sizes, config)
+    step = _swept_step(sizes, config, caller_buffers)
     long = {"dtype": torch.long, "device": device}
     examples = (torch.zeros((1, SEQ), **long), torch.zeros(1, **long), torch.zeros(1, **long))
     caller = torch.cuda.current_stream()
@@ -558,34 +590,42 @@ def sweep_problem(sizes: tuple[int, ...], config: Any, history: int = 2) -> str 
 
 def sweep_history_problem(config: Any) -> str | None:
     """:func:`sweep_problem` at :data:`SWEEP_SIZES`, each batch after every history of two
-    calls (67 calls: too many for every drawn example, which gets every pair)."""
-    return sweep_problem(SWEEP_SIZES, config, history=3)
+    calls (67 calls: too many for every drawn example, which gets every pair), given in the
+    caller's own buffers, as an engine's are."""
+    return sweep_problem(SWEEP_SIZES, config, history=3, caller_buffers=True)
 
 
 def runner_history_problem(config: Any) -> str | None:
     """:func:`runner_sweep_problem` at :data:`SWEEP_SIZES`, each batch after every history of
-    two calls."""
-    return runner_sweep_problem(SWEEP_SIZES, config, history=3)
+    two calls, given in the caller's own buffers."""
+    return runner_sweep_problem(SWEEP_SIZES, config, history=3, caller_buffers=True)
 
 
 def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
     """Why the runner loop of ``scenario``, or the target's capture set of its sizes, differs
     from eager, or None."""
     sizes = tuple(scenario["capture_set"]["sizes"])
+    reused = bool(scenario.get("caller_buffers", False))
     return (
         _runner_loop_problem(scenario, config)
-        or sweep_problem(sizes, config)
-        or runner_sweep_problem(sizes, config)
+        or sweep_problem(sizes, config, caller_buffers=reused)
+        or runner_sweep_problem(sizes, config, caller_buffers=reused)
     )
 
 
 def scenarios(streams: tuple[str, ...]) -> st.SearchStrategy[dict[str, Any]]:
-    """Engine scenarios as plain data: a capture set captured on one of ``streams``, and per
-    capture whether a bias is set."""
+    """Engine scenarios as plain data: a capture set captured on one of ``streams``, per
+    capture whether a bias is set, and whether the capture-set and runner calls are given
+    their inputs in the caller's own buffers."""
     return st.builds(
-        lambda capture_set, biased: {"capture_set": capture_set.as_data(), "biased": biased},
+        lambda capture_set, biased, reused: {
+            "capture_set": capture_set.as_data(),
+            "biased": biased,
+            "caller_buffers": reused,
+        },
         capture_sets(3, streams),
         st.lists(st.booleans(), min_size=1, max_size=4).map(tuple),
+        st.booleans(),
     )
 
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tests.harness.properties.test_program_reproducers import PROGRAM, _fails_on_the_planted_bug
 from tests.property_checks import check, failing
 from verification.planted import vllm_minimal
+from verification.planted.property_targets import build
 from verification.properties.base import CheckConfig
 from verification.properties.capture_set import CaptureSet, capture_set_problem, capture_sets
 from verification.properties.engine import (
@@ -72,6 +73,16 @@ def test_the_librarys_capture_set_api_replays_every_drawn_size_as_eager(bcg_kind
         assert sweep_problem(sizes, config) is None, sizes
 
 
+def test_a_capture_set_given_the_callers_own_buffers_is_checked_as_such(bcg_kind, bcg_device):
+    config = CheckConfig(
+        load_target(build("capture_set_copy_skipped_for_the_same_inputs")), bcg_kind, bcg_device, 1
+    )
+    problem = sweep_problem(SWEEP_SIZES, config, caller_buffers=True)
+    assert problem is not None and "inputs sliced from the caller's buffers" in problem, problem
+    clean = CheckConfig(load_target("breakable_cudagraph"), bcg_kind, bcg_device, 1)
+    assert sweep_problem(SWEEP_SIZES, clean, history=3, caller_buffers=True) is None
+
+
 def test_a_target_without_a_capture_set_api_skips_its_check(bcg_kind, bcg_device):
     config = CheckConfig(load_target(vllm_minimal), bcg_kind, bcg_device, 1)
     assert config.target.capture_set is None
@@ -101,8 +112,8 @@ def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_k
         (
             "capture_set_output_unsliced",
             "engine",
-            "a call of the capture set at batch 3 after batches [4, 4] (sizes (4, 2)): the logits "
-            "have shape (4, 32)",
+            "a call of the capture set at batch 3 after batches [4, 4] (sizes (4, 2), inputs "
+            "sliced from the caller's buffers): the logits have shape (4, 32)",
         ),
         (
             "capture_set_pool_per_size",
@@ -112,18 +123,25 @@ def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_k
         (
             "capture_set_padding_skipped",
             "engine",
-            "(sizes (4, 2)): the breaks of the captured size 4 were given rows 3 to 3 holding",
+            "buffers): the breaks of the captured size 4 were given rows 3 to 3 holding",
         ),
         (
             "capture_set_pads_since_its_last_call",
             "engine",
-            "a call of the capture set at batch 1 after batches [1, 4] (sizes (4, 2)): the breaks "
-            "of the captured size 2 were given rows 1 to 1 holding",
+            "a call of the capture set at batch 1 after batches [1, 4] (sizes (4, 2), inputs "
+            "sliced from the caller's buffers): the breaks of the captured size 2 were given rows "
+            "1 to 1 holding",
+        ),
+        (
+            "capture_set_copy_skipped_for_the_same_inputs",
+            "engine",
+            "the breaks were given lengths",
         ),
         (
             "runner_signature_without_batch",
             "engine",
-            "the runner's call at batch 3 after batches [4, 4] raised",
+            "the runner's call at batch 3 after batches [4, 4], inputs sliced from the caller's "
+            "buffers raised",
         ),
     ],
 )
