@@ -640,6 +640,7 @@ def _key(finding: Finding) -> tuple[str, str, str]:
     message = re.sub(r"raised (\w+)\(.*", r"raised \1", finding.message, flags=re.S)
     message = re.sub(r"^the capture of batch size [^:]*: ", "", message)
     message = re.sub(r"^a call of the capture set at batch [^:]*: ", "the capture set: ", message)
+    message = re.sub(r"^the runner's call at [^:]*?( raised |: )", r"the runner\1", message)
     message = re.sub(r"^replay .*: the (\w+) differ.*", r"the \1 differ from eager", message)
     return finding.check, finding.kind, symptom(message)
 

@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 
 from tests.harness.properties.test_program_reproducers import PROGRAM, _fails_on_the_planted_bug
 from tests.property_checks import check, failing
+from verification.findings import Finding
 from verification.planted import vllm_minimal
 from verification.planted.property_targets import build
+from verification.properties import engine
 from verification.properties.base import CheckConfig
 from verification.properties.capture_set import CaptureSet, capture_set_problem, capture_sets
 from verification.properties.engine import (
@@ -81,6 +83,31 @@ def test_a_capture_set_given_the_callers_own_buffers_is_checked_as_such(bcg_kind
     assert problem is not None and "inputs sliced from the caller's buffers" in problem, problem
     clean = CheckConfig(load_target("breakable_cudagraph"), bcg_kind, bcg_device, 1)
     assert sweep_problem(SWEEP_SIZES, clean, history=3, caller_buffers=True) is None
+
+
+def test_a_runner_or_capture_set_cause_is_one_finding_whatever_call_showed_it():
+    def key(message: str) -> object:
+        return engine._key(Finding(kind="target-bug", check="engine", message=message))
+
+    runner = (
+        "the runner's call at batch 3 after batches [4, 4], inputs sliced from the caller's "
+        "buffers raised RuntimeError('The size of tensor a (4) must match the size of tensor b')",
+        "the runner's call at batch 2 first raised RuntimeError('another text')",
+    )
+    assert key(runner[0]) == key(runner[1])
+    differs = (
+        "the runner's call at batch 1 after batches [2]: the logits differ from eager (largest "
+        "difference 3.62)",
+        "the runner's call at batch 4 first: the logits differ from eager (largest difference 1)",
+    )
+    assert key(differs[0]) == key(differs[1]) != key(runner[0])
+    sets = (
+        "a call of the capture set at batch 1 after batches [1, 4] (sizes (4, 2), inputs sliced "
+        "from the caller's buffers): the breaks of the captured size 2 were given rows 1 to 1",
+        "a call of the capture set at batch 3 after batches [5] (sizes (4, 2)): the breaks of the "
+        "captured size 4 were given rows 3 to 3",
+    )
+    assert key(sets[0]) == key(sets[1])
 
 
 def test_a_target_without_a_capture_set_api_skips_its_check(bcg_kind, bcg_device):
