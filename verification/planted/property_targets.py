@@ -793,6 +793,11 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
             "        captured.last_batch = batch\n",
         ),
     ),
+    "capture_set_pads_with_zero": (
+        "the capture set pads rows past the batch with 0, whatever pad value it was given",
+        "engine",
+        _edited("capture_set", "pad.fill_(self.pad_value)", "pad.fill_(0)"),
+    ),
     "capture_set_copy_skipped_for_the_same_inputs": (
         "the capture set skips copying a batch in when its inputs lie where the last call's did, "
         "as if the batch were already in: a caller that rewrites its buffers in place replays "

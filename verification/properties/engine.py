@@ -23,12 +23,13 @@ each size that is not captured (padded), and at one above the largest (eager), m
 each of these batches follows every other (and itself), :func:`every_history`, must equal the
 eager forward at that batch, with outputs of that batch, without running
 the function except above the largest size, and leave the caller's stream current; a replayed
-call's breaks must be given the batch's rows and then the pad value 0, never an earlier call's
+call's breaks must be given the batch's rows and then the pad value, never an earlier call's
 rows; the outputs of every replayed call must lie in one graph pool. A fixed set of sizes 4 and 2
 runs first, so that padded batches are always among them, called so that each batch follows
 every history of two calls, each call given its inputs sliced from the caller's own buffers,
-rewritten in place as an engine's are (drawn examples draw that or new tensors); the target's
-runner is driven at the same batches alike.
+rewritten in place as an engine's are, the set padding with -1 (drawn examples draw new tensors
+or the caller's buffers, and a pad value of 0, 1 or -1); the target's runner is driven at the
+same batches alike.
 """
 
 from __future__ import annotations
@@ -367,18 +368,20 @@ def every_history(batches: list[int], length: int = 2) -> list[int]:
     return [batches[symbol] for symbol in cyclic]
 
 
-def _rows_problem(where: str, given: torch.Tensor, lengths: list[int]) -> str | None:
+def _rows_problem(
+    where: str, given: torch.Tensor, lengths: list[int], pad_value: int
+) -> str | None:
     """Whether the lengths a replay's attention break was given (the captured size's rows)
-    are the batch's, then the pad value 0, as a call must copy in and pad."""
+    are the batch's, then ``pad_value``, as a call must copy in and pad."""
     batch, size = len(lengths), given.shape[0]
     rows = given.tolist()
     if rows[:batch] != lengths:
         return f"{where}: the breaks were given lengths {rows[:batch]}, the batch's are {lengths}"
-    if any(rows[batch:]):
+    if any(row != pad_value for row in rows[batch:]):
         return (
             f"{where}: the breaks of the captured size {size} were given rows {batch} to "
-            f"{size - 1} holding {rows[batch:]}, not the pad value 0: rows past the batch must "
-            "be padded, or another call's rows reach the graph"
+            f"{size - 1} holding {rows[batch:]}, not the pad value {pad_value}: rows past the "
+            "batch must be padded, or another call's rows reach the graph"
         )
     return None
 
@@ -424,7 +427,7 @@ def _sweep_call_problem(
     if batch <= max(step.sizes) and ran:
         return f"{where} ran the function eagerly at batch {ran}, not a captured size's replay"
     if batch <= max(step.sizes) and step.given:
-        problem = _rows_problem(where, step.given[0], lengths)
+        problem = _rows_problem(where, step.given[0], lengths, step.pad_value)
         if problem is not None:
             return problem
     if batch > max(step.sizes) and ran != [batch]:
@@ -468,6 +471,8 @@ class _SweptStep:
     # call is given after writing it in place, as an engine reuses its input buffers; None:
     # every call is given new tensors.
     caller_buffers: tuple[torch.Tensor, ...] | None = None
+    # What the capture set is asked to pad rows past the batch with.
+    pad_value: int = 0
 
     @property
     def inputs(self) -> str:
@@ -541,22 +546,27 @@ def runner_sweep_problem(
 
 
 def sweep_problem(
-    sizes: tuple[int, ...], config: Any, history: int = 2, caller_buffers: bool = False
+    sizes: tuple[int, ...],
+    config: Any,
+    history: int = 2,
+    caller_buffers: bool = False,
+    pad_value: int = 0,
 ) -> str | None:
-    """Why the target's capture set of ``sizes``, each batch called after every history of
-    ``history - 1`` calls, differs from eager, or None (also for a target without one).
-    ``caller_buffers``: each call is given its inputs in the caller's own buffers (see
-    :class:`_SweptStep`)."""
+    """Why the target's capture set of ``sizes``, made with ``pad_value``, each batch called
+    after every history of ``history - 1`` calls, differs from eager, or None (also for a
+    target without one). ``caller_buffers``: each call is given its inputs in the caller's own
+    buffers (see :class:`_SweptStep`)."""
     target, device = config.target, config.device
     if target.capture_set is None:
         return None
     step = _swept_step(sizes, config, caller_buffers)
+    step.pad_value = pad_value
     long = {"dtype": torch.long, "device": device}
     examples = (torch.zeros((1, SEQ), **long), torch.zeros(1, **long), torch.zeros(1, **long))
     caller = torch.cuda.current_stream()
     try:
         with collector_paused():
-            sweep = target.capture_set(step, sizes, examples)
+            sweep = target.capture_set(step, sizes, examples, pad_value=step.pad_value)
         left = stream_left(caller, f"making a capture set of sizes {sizes}")
         if left is not None:
             return left
@@ -591,8 +601,9 @@ def sweep_problem(
 def sweep_history_problem(config: Any) -> str | None:
     """:func:`sweep_problem` at :data:`SWEEP_SIZES`, each batch after every history of two
     calls (67 calls: too many for every drawn example, which gets every pair), given in the
-    caller's own buffers, as an engine's are."""
-    return sweep_problem(SWEEP_SIZES, config, history=3, caller_buffers=True)
+    caller's own buffers and padded with -1, as an engine's are (vLLM pads its slot mapping
+    with -1)."""
+    return sweep_problem(SWEEP_SIZES, config, history=3, caller_buffers=True, pad_value=-1)
 
 
 def runner_history_problem(config: Any) -> str | None:
@@ -606,26 +617,30 @@ def engine_problem(scenario: dict[str, Any], config: Any) -> str | None:
     from eager, or None."""
     sizes = tuple(scenario["capture_set"]["sizes"])
     reused = bool(scenario.get("caller_buffers", False))
+    pad_value = int(scenario.get("pad_value", 0))
     return (
         _runner_loop_problem(scenario, config)
-        or sweep_problem(sizes, config, caller_buffers=reused)
+        or sweep_problem(sizes, config, caller_buffers=reused, pad_value=pad_value)
         or runner_sweep_problem(sizes, config, caller_buffers=reused)
     )
 
 
 def scenarios(streams: tuple[str, ...]) -> st.SearchStrategy[dict[str, Any]]:
     """Engine scenarios as plain data: a capture set captured on one of ``streams``, per
-    capture whether a bias is set, and whether the capture-set and runner calls are given
-    their inputs in the caller's own buffers."""
+    capture whether a bias is set, whether the capture-set and runner calls are given their
+    inputs in the caller's own buffers, and the value the capture set pads with (every value
+    the decoder reads as an index or a length: 0, 1, or -1 as vLLM pads its slot mapping)."""
     return st.builds(
-        lambda capture_set, biased, reused: {
+        lambda capture_set, biased, reused, pad_value: {
             "capture_set": capture_set.as_data(),
             "biased": biased,
             "caller_buffers": reused,
+            "pad_value": pad_value,
         },
         capture_sets(3, streams),
         st.lists(st.booleans(), min_size=1, max_size=4).map(tuple),
         st.booleans(),
+        st.sampled_from((0, -1, 1)),
     )
 
 

@@ -82,7 +82,11 @@ def test_a_capture_set_given_the_callers_own_buffers_is_checked_as_such(bcg_kind
     problem = sweep_problem(SWEEP_SIZES, config, caller_buffers=True)
     assert problem is not None and "inputs sliced from the caller's buffers" in problem, problem
     clean = CheckConfig(load_target("breakable_cudagraph"), bcg_kind, bcg_device, 1)
-    assert sweep_problem(SWEEP_SIZES, clean, history=3, caller_buffers=True) is None
+    for pad_value in (0, -1, 1):
+        problem = sweep_problem(
+            SWEEP_SIZES, clean, history=3, caller_buffers=True, pad_value=pad_value
+        )
+        assert problem is None, (pad_value, problem)
 
 
 def test_a_runner_or_capture_set_cause_is_one_finding_whatever_call_showed_it():
@@ -158,6 +162,11 @@ def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_k
             "a call of the capture set at batch 1 after batches [1, 4] (sizes (4, 2), inputs "
             "sliced from the caller's buffers): the breaks of the captured size 2 were given rows "
             "1 to 1 holding",
+        ),
+        (
+            "capture_set_pads_with_zero",
+            "engine",
+            "were given rows 3 to 3 holding [0], not the pad value -1",
         ),
         (
             "capture_set_copy_skipped_for_the_same_inputs",
