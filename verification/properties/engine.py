@@ -29,12 +29,14 @@ runs first, so that padded batches are always among them, called so that each ba
 every history of two calls, each call given its inputs sliced from the caller's own buffers,
 rewritten in place as an engine's are, the set padding with -1 (drawn examples draw new tensors
 or the caller's buffers, and a pad value of 0, 1 or -1); the target's runner is driven at the
-same batches alike.
+same batches alike. An engine's sizes (1, 2, 4, then every 8, to 32) are then called at 60
+batches drawn once for all, up to one above the largest.
 """
 
 from __future__ import annotations
 
 import functools
+import random
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +88,10 @@ CANONICAL: dict[str, Any] = {
 # The capture set's fixed scenario, also run first: batches 1 and 3 fall between sizes (padded),
 # 5 above them (eager), whatever sizes are drawn.
 SWEEP_SIZES = (4, 2)
+# An engine's sizes (1, 2, 4, then every 8), to 32, called at random batches up to 33: many
+# sizes, and histories longer than a walk covers.
+ENGINE_SIZES = (1, 2, 4, 8, 16, 24, 32)
+ENGINE_CALLS = 60
 
 
 class AttentionMetadata:
@@ -551,11 +557,13 @@ def sweep_problem(
     history: int = 2,
     caller_buffers: bool = False,
     pad_value: int = 0,
+    calls: list[int] | None = None,
 ) -> str | None:
     """Why the target's capture set of ``sizes``, made with ``pad_value``, each batch called
-    after every history of ``history - 1`` calls, differs from eager, or None (also for a
-    target without one). ``caller_buffers``: each call is given its inputs in the caller's own
-    buffers (see :class:`_SweptStep`)."""
+    after every history of ``history - 1`` calls (or called at ``calls``, when given: a
+    message then names each call's ``history - 1`` before it), differs from eager, or None
+    (also for a target without one). ``caller_buffers``: each call is given its inputs in the
+    caller's own buffers (see :class:`_SweptStep`)."""
     target, device = config.target, config.device
     if target.capture_set is None:
         return None
@@ -578,11 +586,12 @@ def sweep_problem(
         batches = _sweep_batches(sizes)
         # Beyond pairs, the eager batch above the sizes comes only first: it replays nothing,
         # and each batch more in a walk of order 3 costs its square in calls.
-        calls = (
-            every_history(batches, history)
-            if history <= 2
-            else [batches[0], *every_history(batches[1:], history)]
-        )
+        if calls is None:
+            calls = (
+                every_history(batches, history)
+                if history <= 2
+                else [batches[0], *every_history(batches[1:], history)]
+            )
         for number, batch in enumerate(calls):
             after = _after(calls, number, history)
             problem = _sweep_call_problem(sweep, step, batch, number, config, after)
@@ -604,6 +613,17 @@ def sweep_history_problem(config: Any) -> str | None:
     caller's own buffers and padded with -1, as an engine's are (vLLM pads its slot mapping
     with -1)."""
     return sweep_problem(SWEEP_SIZES, config, history=3, caller_buffers=True, pad_value=-1)
+
+
+def engine_scale_problem(config: Any) -> str | None:
+    """:func:`sweep_problem` at :data:`ENGINE_SIZES`, called at :data:`ENGINE_CALLS` batches
+    drawn between 1 and one above the largest size (always the same ones), given in the
+    caller's own buffers and padded with -1."""
+    draw = random.Random(0)
+    calls = [draw.randint(1, max(ENGINE_SIZES) + 1) for _ in range(ENGINE_CALLS)]
+    return sweep_problem(
+        ENGINE_SIZES, config, history=3, caller_buffers=True, pad_value=-1, calls=calls
+    )
 
 
 def runner_history_problem(config: Any) -> str | None:
@@ -665,6 +685,7 @@ def check(config: CheckConfig) -> CheckResult:
         found = Findings(NAME, config)
         found.fixed(functools.partial(engine_problem, CANONICAL))
         found.fixed(sweep_history_problem)
+        found.fixed(engine_scale_problem)
         found.fixed(runner_history_problem)
 
         def body(scenario: dict[str, Any]) -> Finding | None:
