@@ -34,13 +34,13 @@ import queue
 import statistics
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from bench import capture_sweep
+from bench.minimal import MinimalCapture
 
 VARIANTS = ("minimal", "kept", "overlap")
 
@@ -74,48 +74,28 @@ class _Instantiator:
             raise self.failed
 
 
-class _Capture:
-    """``bench.minimal.MinimalCapture`` whose graphs are kept (instantiated later) or not."""
+class _Capture(MinimalCapture):
+    """``bench.minimal.MinimalCapture`` whose graphs are kept (instantiated later, by the caller
+    or by ``worker``) or not, captured in CUDA's capture mode ``mode``."""
 
     def __init__(
         self, pool: Any, stream: torch.cuda.Stream, keep: bool, mode: str, worker: Any
     ) -> None:
-        self.pool, self.stream, self.keep, self.mode, self.worker = pool, stream, keep, mode, worker
-        self.steps: list[Callable[[], Any]] = []
+        super().__init__(pool, stream)
+        self.keep, self.mode, self.worker = keep, mode, worker
         self.graphs: list[torch.cuda.CUDAGraph] = []
-        self._graph: torch.cuda.CUDAGraph | None = None
-        self._context: Any = None
 
     def _begin(self) -> None:
         self._graph = torch.cuda.CUDAGraph(keep_graph=self.keep)
         self._graph.capture_begin(pool=self.pool, capture_error_mode=self.mode)
 
     def _end(self) -> None:
-        graph, self._graph = self._graph, None
+        graph = self._graph
+        super()._end()
         assert graph is not None
-        graph.capture_end()
         self.graphs.append(graph)
-        self.steps.append(graph.replay)
         if self.worker is not None:
             self.worker.put(graph)
-
-    def __enter__(self) -> _Capture:
-        self.stream.wait_stream(torch.cuda.current_stream())
-        self._context = torch.cuda.stream(self.stream)
-        self._context.__enter__()
-        self._begin()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._end()
-        self._context.__exit__(None, None, None)
-        torch.cuda.current_stream().wait_stream(self.stream)
-
-    def brk(self, fn: Callable[..., Any], *args: Any) -> None:
-        self._end()
-        fn(*args)
-        self.steps.append(lambda: fn(*args))
-        self._begin()
 
 
 def sweep(
@@ -142,7 +122,7 @@ def sweep(
             with capture:
                 out = model.forward(sliced.h[:size], sliced.positions[:size], attention)
             sliced.outputs[size] = capture_sweep._weak(out)
-            sliced.replays[size] = _replay_of(capture.steps)
+            sliced.replays[size] = capture.replay
         captured_s = time.perf_counter() - began
         instantiate_s = 0.0
         if variant == "kept":
@@ -169,22 +149,13 @@ def sweep(
     }
 
 
-def _replay_of(steps: list[Callable[[], Any]]) -> Callable[[], None]:
-    """One call running a capture's steps in order."""
-
-    def replay() -> None:
-        for step in steps:
-            step()
-
-    return replay
-
-
 def replays_correct(model: capture_sweep.DecodeStep, call: Any, stream: torch.cuda.Stream) -> bool:
-    """Whether ``call`` equals the eager step at batch 1, 8 and 64 (from a clean cache)."""
+    """Whether ``call`` equals the eager step at the shape's replay batches (1, 8 and 64),
+    each from a clean cache."""
     exact = capture_sweep.reading(model.host)
     correct = True
     with torch.cuda.stream(stream):
-        for batch in (1, 8, 64):
+        for batch in (b for b in model.shape.batches if b <= max(model.shape.sizes)):
             h, positions = capture_sweep._step_inputs(model, batch, seed=batch)
             for keys, values in model.caches:
                 keys.zero_()
