@@ -97,6 +97,10 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       step certify_no_sensitivity 150 python3 -m verification certify --device cuda --no-sensitivity --out "$out/certify-no-sensitivity" ;;
     sweep_rounds) step capture_sweep_rounds 450 python3 -m bench.capture_sweep --layers 8 --rounds 3 --out "$out/capture_sweep_rounds" ;;
     dedup) step graph_exec_update 120 python3 -m bench.probes.graph_exec_update --out "$out/graph_exec_update" ;;
+    overlap)
+      step instantiate_overlap_thread_local 150 python3 -m bench.probes.instantiate_overlap --rounds 4 --out "$out/overlap"
+      step instantiate_overlap_global 120 python3 -m bench.probes.instantiate_overlap --mode global --rounds 3 --out "$out/overlap" ;;
+    breakdown) step capture_breakdown 420 python3 -m bench.probes.capture_breakdown --rounds 3 --variants capture_set,own_storage,minimal --out "$out/breakdown" ;;
     bisect)
       # Each planted model of tests/harness/bisect by the command a user runs, then the tests.
       for m in frozen_host_value attention_not_a_break break_caches_a_tensor host_branch rebound_input host_read_not_a_break stream_race; do
