@@ -81,10 +81,11 @@ class PoolMemory:
         a third less than a tensor of its own; being views, they share one version counter."""
         alias = self.aliases.get(key)
         if alias is None:
-            whole = self._storages.get(key[:4])
+            storage, (offset, shape, strides) = key[:4], key[4:]
+            whole = self._storages.get(storage)
             if whole is None:
-                whole = self._storages[key[:4]] = whole_storage_alias(tensor)
-            alias = self.aliases[key] = whole.as_strided(key[5], key[6], key[4])
+                whole = self._storages[storage] = whole_storage_alias(tensor)
+            alias = self.aliases[key] = whole.as_strided(shape, strides, offset)
         return alias
 
     def _refresh(self) -> None:
