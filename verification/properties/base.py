@@ -264,7 +264,10 @@ class Findings:
             found = problem(self.config)
             if found is None:
                 return None
-            return property_finding(self.prop, TARGET_BUG, found, scenario=scenario_of(problem))
+            # The seed too: a fixed scenario's model and values come from it.
+            return property_finding(
+                self.prop, TARGET_BUG, found, seed=self.config.seed, scenario=scenario_of(problem)
+            )
 
         self.step(make)
 

@@ -22,7 +22,7 @@ from verification.findings import Finding
 from verification.planted import vllm_minimal
 from verification.planted.property_targets import build
 from verification.properties import engine
-from verification.properties.base import CheckConfig
+from verification.properties.base import CheckConfig, Findings
 from verification.properties.capture_set import CaptureSet, capture_set_problem, capture_sets
 from verification.properties.engine import (
     CANONICAL,
@@ -112,6 +112,14 @@ def test_a_runner_or_capture_set_cause_is_one_finding_whatever_call_showed_it():
         "captured size 4 were given rows 3 to 3",
     )
     assert key(sets[0]) == key(sets[1])
+
+
+def test_a_fixed_scenario_finding_carries_the_seed_its_model_was_built_from(bcg_kind, bcg_device):
+    target = load_target(build("capture_set_pads_with_zero"))
+    found = Findings(engine.NAME, CheckConfig(target, bcg_kind, bcg_device, 1, seed=5))
+    found.fixed(engine.sweep_history_problem)
+    (finding,) = found.found
+    assert finding.seed == 5, finding
 
 
 def test_a_target_without_a_capture_set_api_skips_its_check(bcg_kind, bcg_device):
