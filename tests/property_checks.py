@@ -56,13 +56,17 @@ def _in_child(prop: str, variant: str, kind: str, tmp_path: Path) -> list[Findin
     return [property_finding(prop, line.split(": ")[1], line, None) for line in lines]
 
 
-def check(prop: str, variant: str | None, kind: str, tmp_path: Path) -> list[Finding]:
-    """The findings of ``prop`` on the library (``variant`` None) or a planted copy."""
+def check(
+    prop: str, variant: str | None, kind: str, tmp_path: Path, *, first: bool = False
+) -> list[Finding]:
+    """The findings of ``prop`` on the library (``variant`` None) or a planted copy; with
+    ``first``, on the simulator, the check stops at its first failing finding, unshrunk (on a
+    GPU the child process runs the whole check, whose findings include that one)."""
     if variant is not None and kind == "cuda":
         return _in_child(prop, variant, kind, tmp_path)
     target = load_target("breakable_cudagraph" if variant is None else build(variant))
     results: list[CheckResult] = run_properties(
-        prop, target, kind, settings.default.max_examples, cycles=CI_CYCLES
+        prop, target, kind, settings.default.max_examples, cycles=CI_CYCLES, verdict_only=first
     )
     return results[0].findings
 
