@@ -424,7 +424,7 @@ def _sweep_call_problem(
     before, caller = len(step.batches), torch.cuda.current_stream()
     step.given.clear()
     got = sweep(*batched)
-    where = f"a call of the capture set at {after} (sizes {step.sizes}{step.inputs})"
+    where = f"a call of the capture set at {after} (sizes {step.sizes}{step.how_given})"
     left = stream_left(caller, where)
     torch.cuda.synchronize()
     ran = step.batches[before:]
@@ -481,7 +481,7 @@ class _SweptStep:
     pad_value: int = 0
 
     @property
-    def inputs(self) -> str:
+    def how_given(self) -> str:
         """How calls are given their inputs, for a message."""
         return "" if self.caller_buffers is None else ", inputs sliced from the caller's buffers"
 
@@ -492,9 +492,12 @@ class _SweptStep:
         return self.model.forward(tokens, last, seq_lens, self.metadata, self.state, self.breaks)
 
 
-def _swept_step(sizes: tuple[int, ...], config: Any, caller_buffers: bool) -> _SweptStep:
+def _swept_step(
+    sizes: tuple[int, ...], config: Any, caller_buffers: bool, pad_value: int = 0
+) -> _SweptStep:
     """The decoder of ``config``'s seed with the target's breaks, for batches up to one above
-    the largest of ``sizes``, given its inputs in the caller's own buffers or not."""
+    the largest of ``sizes``, given its inputs in the caller's own buffers or not, padded
+    with ``pad_value`` by a capture set."""
     target = config.target
     returns = bool(target.supports_tensor_returns)
     given: list[torch.Tensor] = []
@@ -509,6 +512,7 @@ def _swept_step(sizes: tuple[int, ...], config: Any, caller_buffers: bool) -> _S
     metadata = AttentionMetadata([SEQ] * (max(sizes) + 1))
     model = TinyDecoder.build(config.device, config.seed)
     step = _SweptStep(model, sizes, metadata, LogitBias(), breaks, [], set(), given)
+    step.pad_value = pad_value
     if caller_buffers:
         rows, long = max(sizes) + 1, {"dtype": torch.long, "device": config.device}
         step.caller_buffers = (
@@ -537,7 +541,7 @@ def runner_sweep_problem(
         with collector_paused():
             runner = runner_type(step)
             for number, batch in enumerate(calls):
-                where = f"the runner's call at {_after(calls, number, history)}{step.inputs}"
+                where = f"the runner's call at {_after(calls, number, history)}{step.how_given}"
                 seed = config.seed * 1000 + 500 + number
                 batched, _ = _batch_inputs(step, seed, batch, config.device)
                 expected = step.model.forward(*batched, step.metadata, step.state, step.breaks)
@@ -567,8 +571,7 @@ def sweep_problem(
     target, device = config.target, config.device
     if target.capture_set is None:
         return None
-    step = _swept_step(sizes, config, caller_buffers)
-    step.pad_value = pad_value
+    step = _swept_step(sizes, config, caller_buffers, pad_value)
     long = {"dtype": torch.long, "device": device}
     examples = (torch.zeros((1, SEQ), **long), torch.zeros(1, **long), torch.zeros(1, **long))
     caller = torch.cuda.current_stream()
