@@ -16,12 +16,13 @@ alias is a view of one non-owning tensor over its whole storage, made once per s
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
-from .trees import map_tensors, tensor_leaves
+from .trees import map_leaves, map_tensors, tensor_leaves
 
 # Private torch API (used by torch's own cudagraph trees); without it every tensor is held
 # strongly, which is still safe but keeps capture intermediates alive as long as the capture.
@@ -78,14 +79,22 @@ class PoolMemory:
 
         The tensors of one storage (q, k and v split from one projection) and the storage a
         later layer or size finds at the same place share that tensor, and a view of it costs
-        a third less than a tensor of its own; being views, they share one version counter."""
-        alias = self.aliases.get(key)
+        a third less than a tensor of its own; being views, they share one version counter.
+        A tensor carrying Python attributes (``logits.vocab_mask = ...``) gets an alias of its
+        own with those attributes, held as arguments are: another tensor at the same place
+        need not carry them."""
+        attributes = tensor.__dict__
+        alias = None if attributes else self.aliases.get(key)
         if alias is None:
             storage, (offset, shape, strides) = key[:4], key[4:]
             whole = self._storages.get(storage)
             if whole is None:
                 whole = self._storages[storage] = whole_storage_alias(tensor)
-            alias = self.aliases[key] = whole.as_strided(shape, strides, offset)
+            alias = whole.as_strided(shape, strides, offset)
+            if attributes:
+                alias.__dict__.update(hold_for_replay(dict(attributes), self))
+            else:
+                self.aliases[key] = alias
         return alias
 
     def _refresh(self) -> None:
@@ -162,8 +171,44 @@ def non_owning_alias(tensor: torch.Tensor) -> torch.Tensor:
     return whole.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
 
 
+class CallerObject:
+    """A container of the caller's, found holding pool tensors among a break's arguments.
+
+    The caller may still hold it and update it in place between replays (a runner's attention
+    metadata: its lengths rebound, its tensors made inside the capture), so the break is given
+    the caller's own object for as long as it lives. It is referenced weakly, so that holding
+    it keeps none of its tensors alive; once the caller lets it go, ``fallback`` (a copy made
+    at capture, its pool tensors swapped for non-owning aliases) stands in for it.
+    """
+
+    __slots__ = ("fallback", "ref")
+
+    def __init__(self, original: Any, fallback: Any) -> None:
+        self.ref = weakref.ref(original)
+        self.fallback = fallback
+
+    def get(self) -> Any:
+        original = self.ref()
+        return resolve_caller_objects(self.fallback) if original is None else original
+
+
+def resolve_caller_objects(tree: Any) -> Any:
+    """``tree`` with each :class:`CallerObject` replaced by what it stands for now."""
+    if type(tree) is CallerObject:
+        return tree.get()
+    return map_leaves(tree, resolve_caller_objects, lambda leaf: type(leaf) is CallerObject)
+
+
 def hold_for_replay(tree: Any, pool_memory: PoolMemory) -> Any:
-    """``tree`` with pool tensors replaced by non-owning aliases and the rest held as they are."""
+    """``tree`` with pool tensors replaced by non-owning aliases and the rest held as they are;
+    a container holding pool tensors is copied to hold their aliases."""
+    return _hold(tree, pool_memory, caller_objects=False)[0]
+
+
+def _hold(tree: Any, pool_memory: PoolMemory, caller_objects: bool) -> tuple[Any, bool]:
+    """:func:`hold_for_replay`, and whether a :class:`CallerObject` was made: with
+    ``caller_objects``, a container that can be referenced weakly (a dataclass, any object of a
+    Python class) stands as one instead of as its copy."""
     # Keyed by id: the tree keeps every leaf alive meanwhile, and each tensor is inspected
     # once (the walk is most of a break's capture cost).
     candidates: dict[int, tuple[Any, ...]] = {}
@@ -173,18 +218,29 @@ def hold_for_replay(tree: Any, pool_memory: PoolMemory) -> Any:
             if key is not None:
                 candidates[id(tensor)] = key
     if not candidates:
-        return tree
+        return tree, False
     known = pool_memory.aliases  # pool memory stays the pool's: no need to look again
     in_pool = pool_memory.addresses_in_pool(k[0] for k in candidates.values() if k not in known)
     aliased = {i: k for i, k in candidates.items() if k in known or k[0] in in_pool}
     if not aliased:
-        return tree  # nothing to replace: map_tensors would return tree itself
+        return tree, False  # nothing to replace: map_tensors would return tree itself
 
     def hold(tensor: torch.Tensor) -> torch.Tensor:
         key = aliased.get(id(tensor))
         return tensor if key is None else pool_memory.alias(tensor, key)
 
-    return map_tensors(tree, hold)
+    if not caller_objects:
+        return map_tensors(tree, hold), False
+    made = False
+
+    def copied(original: Any, copy: Any) -> Any:
+        nonlocal made
+        if type(original).__weakrefoffset__ == 0:  # a tuple, a plain list or dict
+            return copy
+        made = True
+        return CallerObject(original, copy)
+
+    return map_tensors(tree, hold, copied), made
 
 
 # Leaves of a call's arguments that need no tree walk: most breaks take only these.
@@ -193,12 +249,13 @@ _FLAT_LEAVES = frozenset({torch.Tensor, type(None), bool, int, float, str})
 
 def hold_call_arguments(
     args: tuple[Any, ...], kwargs: dict[str, Any], pool_memory: PoolMemory
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``hold_for_replay((args, kwargs), pool_memory)``, without the tree walk when no keyword
-    arguments are given and every positional one is a plain tensor, a number, a string or None
-    (each break pays this at capture)."""
+) -> tuple[tuple[Any, ...], dict[str, Any], bool]:
+    """A break's arguments held for replay (:func:`hold_for_replay`, the caller's containers as
+    :class:`CallerObject` entries), and whether they hold any such entry, to be resolved at
+    each call. Without the tree walk when no keyword arguments are given and every positional
+    one is a plain tensor, a number, a string or None (each break pays this at capture)."""
     if kwargs or type(args) is not tuple:
-        return hold_for_replay((args, kwargs), pool_memory)
+        return _held_call(args, kwargs, pool_memory)
     held, known = pool_memory.held, pool_memory.aliases
     kept: list[Any] | None = None  # made once an argument is replaced
     unknown: list[tuple[int, tuple[Any, ...]]] = []  # aliasable, not yet known to the pool
@@ -215,11 +272,13 @@ def hold_call_arguments(
             if alias is None:
                 unknown.append((index, key))
                 continue
+            if arg.__dict__:  # attributes travel on an alias of its own
+                alias = pool_memory.alias(arg, key)
             if kept is None:
                 kept = list(args)
             kept[index] = alias
         elif kind not in _FLAT_LEAVES:
-            return hold_for_replay((args, kwargs), pool_memory)
+            return _held_call(args, kwargs, pool_memory)
     if unknown:
         in_pool = pool_memory.addresses_in_pool(key[0] for _, key in unknown)
         for index, key in unknown:
@@ -230,4 +289,11 @@ def hold_call_arguments(
                 kept[index] = pool_memory.alias(arg, key)
             else:  # a plain tensor that could have been aliased: data_ptr() is safe on it
                 held[id(arg)] = (arg, arg.data_ptr())
-    return (args, kwargs) if kept is None else (tuple(kept), kwargs)
+    return (args, kwargs, False) if kept is None else (tuple(kept), kwargs, False)
+
+
+def _held_call(
+    args: tuple[Any, ...], kwargs: dict[str, Any], pool_memory: PoolMemory
+) -> tuple[tuple[Any, ...], dict[str, Any], bool]:
+    (args, kwargs), made = _hold((args, kwargs), pool_memory, caller_objects=True)
+    return args, kwargs, made

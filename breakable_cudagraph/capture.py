@@ -22,13 +22,19 @@ from typing import Any, TypeVar
 
 import torch
 
-from . import collector, thread_state
-from .arguments import PoolMemory, hold_call_arguments, hold_for_replay
+from . import ambient, collector, thread_state
+from .arguments import (
+    PoolMemory,
+    hold_call_arguments,
+    hold_for_replay,
+    resolve_caller_objects,
+)
 from .segments import (
     GRAPH_LOCK,
     EagerStep,
     GraphSegment,
     argument_storages,
+    call_within,
     copy_result_back,
     end_graph,
     never_free,
@@ -129,6 +135,12 @@ def _end_generators_capture(exc: BaseException) -> None:
         _note(exc, f"clearing the CUDA generators' capture state also failed: {secondary!r}")
 
 
+def _call_with_caller_objects(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    return fn(*resolve_caller_objects(args), **resolve_caller_objects(kwargs))
+
+
 def _callable_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
@@ -168,7 +180,16 @@ def _replay_plan(
             graphs = []
             steps.append((segment, graphs))
     plan = [
-        (step.call, step.returns_tensors, step, after[0] if len(after) == 1 else _launches(after))
+        (
+            # A break called inside the region's own ``with`` blocks has them applied around
+            # its call; the rest pay nothing for it.
+            step.call
+            if step.ambient is None
+            else functools.partial(call_within, step.ambient, step.call),
+            step.returns_tensors,
+            step,
+            after[0] if len(after) == 1 else _launches(after),
+        )
         for step, after in steps
     ]
     return _launches(head), plan
@@ -245,6 +266,9 @@ class BreakableCUDAGraphCapture:
         self._stream_context: Any = None
         self._eager_step_error: BaseException | None = None
         self._collector_paused = False
+        # The ambient state the capture was entered under: a break called under another
+        # (inside an autocast block of the region, say) has the difference applied at replay.
+        self._entry_state: ambient.State | None = None
 
     # ---- thread-local view -------------------------------------------------------------------
     @classmethod
@@ -309,6 +333,7 @@ class BreakableCUDAGraphCapture:
             torch.cuda.empty_cache()
         if not eager:
             _claim_overlap(self, self.capture_error_mode)
+            self._entry_state = ambient.record()
         self._caller_stream = torch.cuda.current_stream()
         self._stream = self._requested_stream or _capture_stream(self._caller_stream)
         if self._stream != self._caller_stream:
@@ -420,6 +445,7 @@ class BreakableCUDAGraphCapture:
         kwargs: dict[str, Any],
         hold_arguments: bool,
     ) -> T:
+        called_under = ambient.record()
         self._end_graph()
         try:
             # enter/exit rather than a generator-based context manager, which costs more than
@@ -429,7 +455,7 @@ class BreakableCUDAGraphCapture:
                 result = fn(*args, **kwargs)
             finally:
                 exit_eager_step()
-            self._record_step(fn, args, kwargs, result, hold_arguments)
+            self._record_step(fn, args, kwargs, result, hold_arguments, called_under)
         except BaseException as exc:
             self._eager_step_error = exc
             raise
@@ -443,6 +469,7 @@ class BreakableCUDAGraphCapture:
         kwargs: dict[str, Any],
         result: Any,
         hold_arguments: bool,
+        called_under: ambient.State,
     ) -> None:
         name = _callable_name(fn)
         if self.strict and tensor_leaves(result):
@@ -451,11 +478,15 @@ class BreakableCUDAGraphCapture:
                 "break must write into tensors it was given and return None (or use strict=False)"
             )
         if hold_arguments and (args or kwargs):
-            args, kwargs = hold_call_arguments(args, kwargs, self._pool_memory)
-            # Without an empty keyword dict the partial is a little cheaper to make.
-            call: Callable[[], Any] = (
-                functools.partial(fn, *args, **kwargs) if kwargs else functools.partial(fn, *args)
-            )
+            args, kwargs, resolved_per_call = hold_call_arguments(args, kwargs, self._pool_memory)
+            call: Callable[[], Any]
+            if resolved_per_call:
+                # The caller's containers are looked up at each call (see CallerObject).
+                call = functools.partial(_call_with_caller_objects, fn, args, kwargs)
+            elif kwargs:
+                call = functools.partial(fn, *args, **kwargs)
+            else:  # without an empty keyword dict the partial is a little cheaper to make
+                call = functools.partial(fn, *args)
         else:
             call = fn
         # Most breaks return None: skip the tree walk of holding a result (a capture cost).
@@ -463,11 +494,12 @@ class BreakableCUDAGraphCapture:
         # Whether each returned tensor aliases an argument must stay as at capture (see
         # copy_result_back); only breaks that return tensors pay for the walk.
         memory = (
-            argument_storages((args, kwargs))
+            argument_storages(resolve_caller_objects((args, kwargs)))
             if static_result is not None and tensor_leaves(static_result)
             else frozenset()
         )
-        self._segments.append(EagerStep(name, call, static_result, memory))
+        changed = ambient.delta(called_under, self._entry_state)
+        self._segments.append(EagerStep(name, call, static_result, memory, changed))
 
     # ---- replay and teardown -----------------------------------------------------------------
     def replay(self) -> None:

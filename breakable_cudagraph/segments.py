@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from . import ambient
+from .ambient import Delta
 from .thread_state import enter_eager_step, exit_eager_step
 from .trees import tensor_leaves
 
@@ -141,7 +143,7 @@ class GraphSegment:
 class EagerStep:
     """One eager break: ``call()`` runs the user function on the held arguments."""
 
-    __slots__ = ("argument_memory", "call", "name", "returns_tensors", "static_result")
+    __slots__ = ("ambient", "argument_memory", "call", "name", "returns_tensors", "static_result")
 
     def __init__(
         self,
@@ -149,12 +151,16 @@ class EagerStep:
         call: Callable[[], Any],
         static_result: Any,
         argument_memory: frozenset[int] = frozenset(),
+        ambient: Delta | None = None,
     ) -> None:
         self.name = name
         self.call: Callable[[], Any] | None = call
         self.static_result = static_result
         # Storage addresses of the tensor arguments (the same at every replay: they are held).
         self.argument_memory = argument_memory
+        # What the captured region's own ``with`` blocks set around the call (autocast, say),
+        # applied again around it at every replay; None for most breaks.
+        self.ambient = ambient
         # Most breaks write into buffers and return None; for them replay skips walking the
         # result, which would cost more than the call itself.
         self.returns_tensors = static_result is not None and bool(tensor_leaves(static_result))
@@ -165,7 +171,7 @@ class EagerStep:
             raise RuntimeError(f"eager step {self.name} was released; capture again")
         enter_eager_step()
         try:
-            result = call()
+            result = call() if self.ambient is None else call_within(self.ambient, call)
         finally:
             exit_eager_step()
         if result is not None or self.returns_tensors:
@@ -178,6 +184,15 @@ class EagerStep:
 
     def __repr__(self) -> str:
         return f"EagerStep({self.name})"
+
+
+def call_within(changed: Delta, call: Callable[[], Any]) -> Any:
+    """``call()`` with ``changed`` applied to the ambient state around it."""
+    undo = ambient.enter(changed)
+    try:
+        return call()
+    finally:
+        ambient.leave(undo)
 
 
 def argument_storages(tree: Any) -> frozenset[int]:

@@ -91,21 +91,38 @@ def children(tree: Any) -> list[Any] | None:
     return None if kind is None else kind[0](tree)
 
 
-def map_tensors(tree: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """A copy of ``tree`` with each tensor ``t`` replaced by ``fn(t)``; leaves are shared."""
-    if isinstance(tree, torch.Tensor):
+def map_tensors(
+    tree: Any,
+    fn: Callable[[torch.Tensor], Any],
+    copied: Callable[[Any, Any], Any] | None = None,
+) -> Any:
+    """A copy of ``tree`` with each tensor ``t`` replaced by ``fn(t)``; leaves are shared.
+    ``copied(container, its copy)``, if given, says what stands for a container that had to be
+    copied (the copy itself by default)."""
+    return map_leaves(tree, fn, lambda leaf: isinstance(leaf, torch.Tensor), copied)
+
+
+def map_leaves(
+    tree: Any,
+    fn: Callable[[Any], Any],
+    is_leaf: Callable[[Any], bool],
+    copied: Callable[[Any, Any], Any] | None = None,
+) -> Any:
+    """``map_tensors`` for the leaves ``is_leaf`` picks (tensors are leaves only if it says so)."""
+    if is_leaf(tree):
         return fn(tree)
     kind = _kind(tree)
     if kind is None:
         return tree
     list_children, rebuild = kind
     old = list_children(tree)
-    new = [map_tensors(child, fn) for child in old]
+    new = [map_leaves(child, fn, is_leaf, copied) for child in old]
     # Unchanged containers are returned as themselves, so a function that mutates a
     # container argument (appends to a list, say) keeps doing so at replay.
     if all(a is b for a, b in zip(old, new)):
         return tree
-    return rebuild(tree, new)
+    copy = rebuild(tree, new)
+    return copy if copied is None else copied(tree, copy)
 
 
 def tensor_leaves(tree: Any) -> list[torch.Tensor]:

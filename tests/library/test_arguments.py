@@ -93,7 +93,7 @@ def test_call_arguments_are_held_as_the_tree_walk_holds_them(bcg_device: str) ->
         ((outside, 2.5), {}),  # nothing in the pool: the same tuple back
     ]
     for args, kwargs in calls:
-        fast_args, fast_kwargs = hold_call_arguments(args, kwargs, pool)
+        fast_args, fast_kwargs, _ = hold_call_arguments(args, kwargs, pool)
         walked_args, walked_kwargs = hold_for_replay((args, kwargs), pool)
         assert (fast_args is args) == (walked_args is args)
         assert (fast_kwargs is kwargs) == (walked_kwargs is kwargs)
@@ -114,17 +114,17 @@ def test_one_alias_stands_for_every_pool_tensor_of_one_description(bcg_device: s
     pool = PoolMemory(capture.pool)
     again = inside.view(2, 6)  # another tensor, the same storage, offset, shape and strides
     rows, flat, bits = inside[0], inside.view(12), inside.view(torch.int32)
-    (a, b, c, d), _ = hold_call_arguments((inside, again, rows, flat), {}, pool)
+    (a, b, c, d), _, _ = hold_call_arguments((inside, again, rows, flat), {}, pool)
     assert a is b  # what the break is given at replay cannot tell them apart
     # Views that start where it does keep their own shape and strides: never one alias for all.
     assert (c.shape, d.shape) == ((6,), (12,)) and len({id(a), id(c), id(d)}) == 3
     assert all(t.data_ptr() == inside.data_ptr() for t in (a, c, d))
     (held,), _ = hold_for_replay(((inside,), {}), pool)
     assert held is a  # the tree walk shares them too
-    (other,), _ = hold_call_arguments((bits,), {}, pool)  # same place and shape, other dtype
+    (other,), _, _ = hold_call_arguments((bits,), {}, pool)  # same place and shape, other dtype
     assert other.dtype == torch.int32 and other is not bits and torch.equal(other, bits)
     pool.forget_held()
-    (fresh,), _ = hold_call_arguments((inside,), {}, pool)
+    (fresh,), _, _ = hold_call_arguments((inside,), {}, pool)
     assert fresh is not a and fresh.data_ptr() == inside.data_ptr()
 
 
