@@ -113,22 +113,34 @@ NAMES: tuple[str, ...] = tuple(name for name, _, _ in _ITEMS)
 State = tuple[Any, ...]
 # What a break's call changed from its capture's entry: (item index, value) pairs.
 Delta = tuple[tuple[int, Any], ...]
-# Equal states are one object, so a break called under its capture's entry state is told
-# from one called inside a ``with`` block by identity.
+# Equal states are one object, so that a capture's breaks mostly share one.
 _interned: dict[State, State] = {}
+
+
+# One expression calling every reader: every break pays this at capture, and a loop over the
+# readers costs half as much again.
+_read_all: Callable[[], State] = eval(
+    "lambda: (" + "".join(f"r{i}(), " for i in range(len(_READERS))) + ")",
+    {f"r{i}": read for i, read in enumerate(_READERS)},
+)
 
 
 def record() -> State:
     """The ambient state of this thread now."""
-    state = tuple([read() for read in _READERS])
+    state = _read_all()
     if len(_interned) > 1024:  # states holding mode objects of many captures: forget them
         _interned.clear()
     return _interned.setdefault(state, state)
 
 
-def delta(state: State, base: State) -> Delta | None:
+def read() -> State:
+    """The ambient state of this thread now, not interned: for comparing with a recorded one."""
+    return _read_all()
+
+
+def delta(state: State, base: State | None) -> Delta | None:
     """What ``state`` sets otherwise than ``base``; None where they agree."""
-    if state is base:
+    if state is base or base is None or state == base:
         return None
     changed = tuple((i, value) for i, (value, was) in enumerate(zip(state, base)) if value != was)
     return changed or None

@@ -445,7 +445,7 @@ class BreakableCUDAGraphCapture:
         kwargs: dict[str, Any],
         hold_arguments: bool,
     ) -> T:
-        called_under = ambient.record()
+        called_under = ambient.read()
         self._end_graph()
         try:
             # enter/exit rather than a generator-based context manager, which costs more than

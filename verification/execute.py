@@ -22,6 +22,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from verification.causes import forwarder
+from verification.ops.ambient import ambient_context, ambient_seen, seen_difference, tagged
 from verification.ops.host import HOST_SOURCE, host_argument
 from verification.ops.spec import Decorate, OpSpec
 from verification.programs import Program, produces_value
@@ -42,28 +43,55 @@ def type_label(cls: type) -> str:
     return f"namedtuple {cls.__name__}" if named else cls.__name__
 
 
-def call_structure(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Structure:
-    """The types of one call's arguments: its positional ones, then its keywords by name."""
+# What a structure label says of an object the caller keeps and updates in place.
+OWNED = " (the runner's own)"
+# Values that are one object wherever they appear (a small int), never the runner's own.
+_SHARED_ATOMS = (int, float, str, bytes, type(None))
+
+
+def call_structure(
+    args: Sequence[Any], kwargs: Mapping[str, Any], owned: frozenset[int] = frozenset()
+) -> Structure:
+    """The types of one call's arguments: its positional ones, then its keywords by name.
+    Objects whose ids are in ``owned`` (the runner's, updated in place) are labelled so."""
     keywords = ", ".join(kwargs)
     return (
         "call",
         (
-            ("positional arguments", tuple(structure(v) for v in args)),
-            (f"keyword arguments [{keywords}]", tuple(structure(v) for v in kwargs.values())),
+            ("positional arguments", tuple(structure(v, owned) for v in args)),
+            (
+                f"keyword arguments [{keywords}]",
+                tuple(structure(v, owned) for v in kwargs.values()),
+            ),
         ),
     )
 
 
-def structure(value: Any) -> Structure:
-    """The types ``value`` is made of, nested as it is (see :data:`Structure`)."""
+def structure(value: Any, owned: frozenset[int] = frozenset()) -> Structure:
+    """The types ``value`` is made of, nested as it is (see :data:`Structure`); a tensor's
+    Python attributes are named with its type, as a break may read them, and an object of
+    ``owned`` is labelled as the runner's (:data:`OWNED`)."""
+    if owned and id(value) in owned:
+        label, children = structure(value)
+        return (label + OWNED, children)
     if isinstance(value, torch.Tensor):
         bits = [b for b, on in (("conj", value.is_conj()), ("neg", value.is_neg())) if on]
-        return (type(value).__name__ + (f" ({', '.join(bits)})" if bits else ""), ())
+        label = type(value).__name__ + (f" ({', '.join(bits)})" if bits else "")
+        attributes = value.__dict__
+        if attributes:
+            label += f" with attributes [{', '.join(sorted(map(str, attributes)))}]"
+        return (label, ())
     if isinstance(value, (list, tuple)):
-        return (type_label(type(value)), tuple(structure(v) for v in value))
+        return (type_label(type(value)), tuple(structure(v, owned) for v in value))
     if isinstance(value, dict):
         keys = ", ".join(map(str, value))
-        return (f"dict[{keys}]", tuple(structure(v) for v in value.values()))
+        return (f"dict[{keys}]", tuple(structure(v, owned) for v in value.values()))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = dataclasses.fields(value)
+        return (
+            type_label(type(value)),
+            tuple(structure(getattr(value, f.name), owned) for f in fields),
+        )
     return (type_label(type(value)), ())
 
 
@@ -97,10 +125,41 @@ def handed_otherwise(
     return None
 
 
+def called_otherwise(
+    replayed: Sequence[tuple[int, Any]], captured: Sequence[tuple[int, Any]]
+) -> tuple[int, str] | None:
+    """The first break call of a replay made under other ambient state than at capture:
+    ``(step, the difference in words)``, or None."""
+    for (step, seen), (captured_step, was) in zip(replayed, captured):
+        if step != captured_step:
+            return None  # calls out of step: the break count or order names that
+        difference = seen_difference(seen, was)
+        if difference is not None:
+            return step, difference
+    return None
+
+
+def called_otherwise_message(changed: tuple[int, str], program: Program) -> str:
+    """A finding's words for :func:`called_otherwise`'s answer."""
+    step, difference = changed
+    brk = program.steps[step] if 0 <= step < len(program.steps) else None
+    around = f" (called inside {brk.ambient})" if brk is not None and brk.ambient else ""
+    return (
+        f"break step {step} ({brk.op if brk else '?'}){around} ran at replay under {difference}: "
+        "the target does not call it at replay under the state its region set around it"
+    )
+
+
 def handed_otherwise_message(changed: tuple[int, str, str], program: Program) -> str:
     """A finding's words for :func:`handed_otherwise`'s answer."""
     step, got, given = changed
     op = program.steps[step].op if 0 <= step < len(program.steps) else "?"
+    if given == got + OWNED:
+        return (
+            f"break step {step} ({op}): the {got} given to a break is the runner's own, updated "
+            "in place before every replay, and reached it at replay as a copy made at capture: "
+            "what the runner updates between replays does not reach the break"
+        )
     return (
         f"break step {step} ({op}): {given} given to a break reached it at replay as {got}, "
         f"not as {given}"
@@ -158,13 +217,17 @@ class BreakLog:
     For ``watch_alias`` functions it also notes in ``aliased`` whether each call's result
     shared memory with its arguments. ``structures`` holds what each call was handed
     (:func:`structure`), so a replay can be compared with the capture before the break's own
-    code trips over an argument that changed type.
+    code trips over an argument that changed type; ``seen`` the ambient state each call ran
+    under (:func:`~verification.ops.ambient.ambient_seen`), whatever the break reads of it.
     """
 
     def __init__(self) -> None:
         self.entries: list[BreakEntry] = []
         self.aliased: list[tuple[int, bool]] = []
         self.structures: list[tuple[int, Structure]] = []
+        self.seen: list[tuple[int, Any]] = []
+        # Ids of the objects the runner keeps and updates in place (its host metadata).
+        self.owned: frozenset[int] = frozenset()
         self._named: int | None = None
         self._last = -1
         self._depth = 0
@@ -197,7 +260,8 @@ class BreakLog:
             here = step if shared is None else self._step(shared) if top else -1
             if top:
                 self.entries.append((here, _tensor_ptrs(args, kwargs)))
-                self.structures.append((here, call_structure(args, kwargs)))
+                self.structures.append((here, call_structure(args, kwargs, self.owned)))
+                self.seen.append((here, ambient_seen()))
                 self._last = here
             self._depth += 1
             try:
@@ -220,6 +284,11 @@ class BreakLog:
         self.take()
         self.take_aliased()
         self.take_structures()
+        self.take_seen()
+
+    def take_seen(self) -> list[tuple[int, Any]]:
+        seen, self.seen = self.seen, []
+        return seen
 
     def take_structures(self) -> list[tuple[int, Structure]]:
         structures, self.structures = self.structures, []
@@ -280,10 +349,14 @@ def run_steps(
     for index, (step, fn) in enumerate(zip(program.steps, callables)):
         if hook is not None:
             hook(index, env)
+        args = [tagged(env[a]) if step.tag else env[a] for a in step.args]
         if step.host:
-            result = fn(*(env[a] for a in step.args), host_argument(step.host, host), **step.kwargs)
+            args.append(host_argument(step.host, host))
+        if step.ambient:
+            with ambient_context(step.ambient):
+                result = fn(*args, **step.kwargs)
         else:
-            result = fn(*(env[a] for a in step.args), **step.kwargs)
+            result = fn(*args, **step.kwargs)
         if produces_value(table[step.op]):
             env[next_value] = result
             next_value += 1
@@ -372,6 +445,10 @@ class CapturedProgram:
         self.static_inputs = [x.clone() for x in inputs]
         # The runner's host values: made once, rewritten in place before every replay.
         self.host = make_host(program.host, rng_seed) if program.host else None
+        if self.host is not None:
+            # Its objects, not the numbers in it: a small int is one object everywhere.
+            kept = (self.host, *vars(self.host).values())
+            self.log.owned = frozenset(id(o) for o in kept if not isinstance(o, _SHARED_ATOMS))
         # Steps whose result switched between aliasing an argument and not, last replay.
         self.alias_switched: set[int] = set()
         callables = step_callables(program, table, target.eager_break_during_capture, self.log)
@@ -399,9 +476,13 @@ class CapturedProgram:
         self.capture_log = self.log.take()
         self.capture_aliased = dict(self.log.take_aliased())
         self.capture_structures = self.log.take_structures()
+        self.capture_seen = self.log.take_seen()
         # A break of the last replay handed something of other types than at capture:
         # (step, what it got, what it was given at capture), the first such call.
         self.structure_changed: tuple[int, str, str] | None = None
+        # A break of the last replay called under other ambient state than at capture:
+        # (step, the difference in words), the first such call.
+        self.ambient_changed: tuple[int, str] | None = None
 
     def replay(self, inputs: Sequence[torch.Tensor], rng_seed: int) -> list[BreakEntry]:
         """Copies ``inputs`` into the static inputs, rewrites the host values for
@@ -424,4 +505,5 @@ class CapturedProgram:
             self.structure_changed = handed_otherwise(
                 self.log.take_structures(), self.capture_structures
             )
+            self.ambient_changed = called_otherwise(self.log.take_seen(), self.capture_seen)
         return entries

@@ -24,6 +24,7 @@ from verification.causes import describe
 from verification.execute import (
     BreakEntry,
     CapturedProgram,
+    called_otherwise_message,
     handed_otherwise_message,
     run_eager,
 )
@@ -40,6 +41,7 @@ Violation = Literal[
     "break-order",
     "break-args",
     "break-arg-types",
+    "break-ambient",
     "exception",
     "crash",
     "invalid-program",
@@ -150,6 +152,11 @@ def check_breaks(
 def _types_changed(captured: CapturedProgram, program: Program) -> str | None:
     changed = captured.structure_changed
     return None if changed is None else handed_otherwise_message(changed, program)
+
+
+def _ambient_changed(captured: CapturedProgram, program: Program) -> str | None:
+    changed = captured.ambient_changed
+    return None if changed is None else called_otherwise_message(changed, program)
 
 
 def fresh_returns_read(program: Program, table: Mapping[str, OpSpec]) -> list[int]:
@@ -348,6 +355,9 @@ class _Check:
                 changed = _types_changed(captured, program)
                 if changed is not None:
                     return self.finding("break-arg-types", changed, number)
+                other_state = _ambient_changed(captured, program)
+                if other_state is not None:
+                    return self.finding("break-ambient", other_state, number)
                 return self.finding("exception", f"replay raised {describe(error)}", number)
             broken = check_breaks(log, captured.capture_log, self.break_steps)
             if broken is not None:
@@ -355,6 +365,9 @@ class _Check:
             changed = _types_changed(captured, program)
             if changed is not None:
                 return self.finding("break-arg-types", changed, number)
+            other_state = _ambient_changed(captured, program)
+            if other_state is not None:
+                return self.finding("break-ambient", other_state, number)
             for index, (actual, want) in enumerate(zip(captured.outputs, expected)):
                 problem = compare(actual, want, self.tol)
                 if problem is not None:

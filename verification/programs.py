@@ -28,6 +28,8 @@ import torch
 from hypothesis import reject
 from hypothesis import strategies as st
 
+from verification.ops.ambient import AMBIENT
+from verification.ops.breaks import ENGINE_KEY
 from verification.ops.host import HOST_FORMS
 from verification.ops.kernels import has_kernel
 from verification.ops.out_buffer import (
@@ -39,7 +41,7 @@ from verification.ops.out_buffer import (
     with_out_buffer_forms,
 )
 from verification.ops.spec import OpSpec, TensorMeta
-from verification.targets.contracts import Contract, get_contract
+from verification.targets.contracts import AMBIENT_STATE, Contract, get_contract
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class Step:
     ``host``: the form (:data:`~verification.ops.host.HOST_FORMS`) in which the program's host
     values are passed after the tensors ("" for none); ``fn``: the function slot an engine
     break shares with every other step of its op and slot (-1: a function of its own).
+    ``ambient``: the ``with`` block of :data:`~verification.ops.ambient.AMBIENT` the step is
+    called in ("" for none); ``tag``: its tensor arguments carry a Python attribute.
     """
 
     op: str
@@ -58,6 +62,8 @@ class Step:
     drop: tuple[int, ...] = ()
     host: str = ""
     fn: int = -1
+    ambient: str = ""
+    tag: bool = False
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -398,7 +404,7 @@ def programs(
     for _ in range(draw(_integers(1, max_ops))):
         live = sorted(env)
         if host and breaks < max_breaks and draw(_booleans):
-            drawn = _engine_step(draw, engine_specs, live, env, overlapping)
+            drawn = _engine_step(draw, engine_specs, live, env, overlapping, len(steps))
             if drawn is not None:
                 spec, step = drawn
                 breaks += 1
@@ -494,7 +500,22 @@ def programs(
     kept = [v for v in read_after if v in env]
     if kept and draw(_booleans):
         outputs = tuple(sorted({*outputs, *kept}))
+    # Drawn last, so that a failure that needs neither shrinks to plain calls.
+    ambient = AMBIENT_STATE not in get_contract(contract).caller_duties
+    steps = [_called(draw, step, ambient) if step.brk else step for step in steps]
     return _with_static_buffers(inputs, static, steps, outputs, host)
+
+
+_AMBIENT_WAYS = ("", *AMBIENT)
+
+
+def _called(draw: st.DrawFn, step: Step, ambient: bool) -> Step:
+    """``step`` (a break), a quarter of the time called inside a ``with`` block of the region
+    (where the contract leaves the ambient state to the target), and a quarter of the time
+    with its tensors tagged."""
+    way = draw(_sampled_from(_AMBIENT_WAYS)) if ambient and draw(_integers(0, 3)) == 3 else ""
+    tagged = draw(_integers(0, 3)) == 3
+    return dataclasses.replace(step, ambient=way, tag=tagged) if way or tagged else step
 
 
 def _engine_step(
@@ -503,10 +524,12 @@ def _engine_step(
     live: Sequence[int],
     env: Mapping[int, TensorMeta],
     overlapping: set[int],
+    position: int,
 ) -> tuple[OpSpec, Step] | None:
     """An engine break op and its step on one live value, with its host form and function
     slot; None when no live value fits. Engine ops write their argument in place or return it or
-    a new tensor, so their result shares the argument's memory as far as drawing knows."""
+    a new tensor, so their result shares the argument's memory as far as drawing knows. An op
+    keyed by its step (:data:`~verification.ops.breaks.ENGINE_KEY`) gets ``position``."""
     spec = draw(_sampled_from(tuple(specs)))
     fits = tuple(
         v
@@ -517,6 +540,8 @@ def _engine_step(
         return None
     arg = draw(_sampled_from(fits))
     params = draw(_params(spec.params, (env[arg],)))
+    if ENGINE_KEY in params:
+        params = {**params, ENGINE_KEY: position}
     form = draw(_sampled_from(tuple(HOST_FORMS)))
     # Mostly the op's one function, as every layer calls one attention; sometimes a second.
     slot = int(draw(_integers(0, 3)) == 3)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from verification.devices import DeviceKind
 from verification.findings import Finding
+from verification.ops.ambient import AMBIENT, AMBIENT_SOURCE, TAGGED_SOURCE
 from verification.ops.host import HOST_FORMS, HOST_SOURCE
 from verification.ops.spec import OpSpec
 from verification.oracle import program_tolerance, shared_pool_of
@@ -25,8 +26,14 @@ CALLS = []
 _depth = [0]
 
 
+def seen_now():
+    """What a break can read of the state it runs under (redefined below where it matters)."""
+    return ()
+
+
 def logged_break(step):
-    """Logs one call per break step (nested calls excluded), then applies the target's decorator."""
+    """Logs one call per break step (nested calls excluded): its buffers, its tensors' Python
+    attributes and the state it runs under; then applies the target's decorator."""
 
     def decorate(fn):
         @functools.wraps(fn)
@@ -35,7 +42,8 @@ def logged_break(step):
                 leaves = torch.utils._pytree.tree_flatten((args, kwargs))[0]
                 tensors = [a for a in leaves if isinstance(a, torch.Tensor)]
                 here = step if isinstance(step, int) else step_of(step)
-                CALLS.append((here, tuple(t.data_ptr() for t in tensors)))
+                attributes = tuple(tuple(sorted(t.__dict__)) for t in tensors)
+                CALLS.append((here, tuple(t.data_ptr() for t in tensors), attributes, seen_now()))
             _depth[0] += 1
             try:
                 return fn(*args, **kwargs)
@@ -109,7 +117,7 @@ def capture_once(pool):
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     captured = list(CALLS)
-    assert [s for s, _ in captured] == BREAK_STEPS, f"capture called breaks {captured}"
+    assert [call[0] for call in captured] == BREAK_STEPS, f"capture called breaks {captured}"
     return static, capture, outputs, captured, None
 
 
@@ -128,7 +136,9 @@ def replay_in_order(runs, order, first):
         seed_rng(seed)
         capture.replay()
         torch.cuda.synchronize()
-        assert CALLS == captured, f"{where}: break calls {CALLS}, captured {captured}"
+        for call, want in zip(CALLS, captured):
+            assert call == want, f"{where}: break call {call} (step, buffers, attributes, state), captured {want}"
+        assert len(CALLS) == len(captured), f"{where}: break calls {CALLS}, captured {captured}"
         for index, (actual, want) in enumerate(zip(outputs, expected)):
             assert same(actual, want), f"{where}: output {index} differs from eager"
     return True
@@ -235,7 +245,7 @@ def _program_function(program: Program, table: dict[str, OpSpec], hooked: bool =
     for index, step in enumerate(program.steps):
         call_hook(index)
         spec = table[step.op]
-        args = [f"v{a}" for a in step.args]
+        args = [f"tagged(v{a})" if step.tag else f"v{a}" for a in step.args]
         if step.host:
             args.append(HOST_FORMS[step.host])
         if step.fn >= 0:
@@ -244,12 +254,16 @@ def _program_function(program: Program, table: dict[str, OpSpec], hooked: bool =
             call = _call(f"step_{index}", args, step.params)
         else:
             call = spec.expr.format(*args, **{k: repr(v) for k, v in step.params})
+        indent = "    "
+        if step.ambient:
+            lines.append(f"    with {AMBIENT[step.ambient]}:  # the region's own block")
+            indent = "        "
         if produces_value(spec):
-            lines.append(f"    v{next_value} = {call}")
+            lines.append(f"{indent}v{next_value} = {call}")
             live.append(next_value)
             next_value += 1
         else:
-            lines.append(f"    {call}")
+            lines.append(f"{indent}{call}")
         if step.drop:
             lines.append(f"    del {', '.join(f'v{v}' for v in step.drop)}")
             live = [v for v in live if v not in step.drop]
@@ -274,7 +288,7 @@ def program_source(program: Program, name: str, ops: Sequence[OpSpec] | None = N
     ``define_{name}(logged_break)``, which makes each break step afresh through the decorator
     ``logged_break(step index)`` returns and returns ``program(v0, ..., hook=None)``."""
     table = op_table(ops)
-    blocks = [b.strip("\n") for b in _break_blocks(program, table)]
+    blocks = [b.strip("\n") for b in [*_call_way_sources(program), *_break_blocks(program, table)]]
     body = "\n\n".join([*blocks, _program_function(program, table, hooked=True).strip("\n")])
     return (
         _inputs_function(program, f"{name}_inputs", on_device=False)
@@ -336,6 +350,8 @@ def render_reproducer(
         header + constants + _PRELUDE,
         *([_SHARED_STEPS] if _shared_slots(program) else []),
         *([HOST_SOURCE] if program.host else []),
+        *_call_way_sources(program),
+        *(["seen_now = ambient_seen\n"] if any(s.ambient for s in program.steps) else []),
         *_break_definitions(program, table),
         _inputs_function(program),
         _program_function(program, table),
@@ -344,6 +360,14 @@ def render_reproducer(
     if may_refuse:
         check = _with_refusal(check)
     return "\n\n".join(part.strip("\n") + "\n" for part in parts) + check + entry
+
+
+def _call_way_sources(program: Program) -> list[str]:
+    """The definitions a program's calls use: ``tagged``, ``ambient_seen`` and the blocks."""
+    return [
+        *([TAGGED_SOURCE] if any(s.tag for s in program.steps) else []),
+        *([AMBIENT_SOURCE] if any(s.ambient for s in program.steps) else []),
+    ]
 
 
 def _with_refusal(check: str) -> str:

@@ -375,7 +375,7 @@ def do_nothing(x):
 HOST_READ = """
 def host_total(host):
     if isinstance(host, torch.Tensor):
-        return int(host.sum())
+        return int(host.sum()) if host.device.type == "cpu" else 0
     if isinstance(host, int):
         return host
     if isinstance(host, dict):
@@ -394,6 +394,16 @@ def _nested(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
 
 def _view(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
     return st.booleans().map(lambda view: {"view": view})
+
+
+def _keyed(metas: Sequence[TensorMeta]) -> st.SearchStrategy[dict[str, Any]]:
+    # The step's own key; the generator sets it to the step's position (ENGINE_KEY).
+    return st.just({ENGINE_KEY: 0})
+
+
+# The param of an engine op that the generator sets to the step's position, unique in its
+# program: what a step stores in the runner's metadata no later step overwrites.
+ENGINE_KEY = "key"
 
 
 ENGINE_OPS: list[OpSpec] = [
@@ -444,5 +454,39 @@ def logit_bias(logits, host, *, view):
         # Its result may share the argument's memory (generation treats it as a view).
         aliasing="view",
         alias_varies=True,
+    ),
+    break_op(
+        "rotary",
+        1,
+        _float_same,
+        HOST_READ
+        + """
+# The runner's metadata also holds a tensor the forward computes inside the captured region
+# (cos of the positions), and the runner rewrites its lengths in place before every replay:
+# at replay the break must be given the runner's object, which a capture that copies it
+# (to swap the tensor for a non-owning alias, say) does not do.
+# What a step hands when its host form holds no metadata object: made per call.
+@dataclasses.dataclass
+class Scratch:
+    rotary: dict
+
+
+@eager_break_during_capture
+def rotate_(x, host, meta, *, key):
+    x.mul_(1.0 / (1 + host_total(host) % 7)).add_(meta.rotary[key])
+
+
+def rotary(x, host, *, key):
+    meta = host["meta"] if isinstance(host, dict) else host
+    if not hasattr(meta, "rotary"):
+        meta = Scratch({})
+    meta.rotary[key] = torch.cos(x)
+    rotate_(x, host, meta, key=key)
+    return x
+""",
+        "rotary({0}, {host}, key={key})",
+        params=_keyed,
+        mutates=(0,),
+        aliasing="inplace",
     ),
 ]

@@ -21,6 +21,9 @@ class HostMeta:
     seq_lens: list
     num_tokens: int
     positions: torch.Tensor  # on the CPU
+    # Tensors the forward computes into the metadata inside the captured region (rotary
+    # cos/sin of the positions), by step: the runner keeps them, the graph rewrites them.
+    rotary: dict = dataclasses.field(default_factory=dict)
 
 
 def make_host(count, seed):

@@ -24,6 +24,8 @@ import torch
 from verification.devices import DeviceKind
 from verification.execute import (
     BreakLog,
+    called_otherwise,
+    called_otherwise_message,
     collector_paused,
     handed_otherwise,
     handed_otherwise_message,
@@ -202,6 +204,7 @@ class ProgramRun:
             caller.wait_stream(runner)
         self.capture_log = self.log.take()
         self.capture_structures = self.log.take_structures()
+        self.capture_seen = self.log.take_seen()
 
     def replay(self) -> str | None:
         """One replay on the replay stream, ordered after the caller's work and before what the
@@ -252,7 +255,10 @@ class ProgramRun:
 
     def _handed_otherwise(self) -> str | None:
         changed = handed_otherwise(self.log.take_structures(), self.capture_structures)
-        return None if changed is None else handed_otherwise_message(changed, self.program)
+        if changed is not None:
+            return handed_otherwise_message(changed, self.program)
+        other_state = called_otherwise(self.log.take_seen(), self.capture_seen)
+        return None if other_state is None else called_otherwise_message(other_state, self.program)
 
     def drop(self) -> None:
         """Releases the capture (``reset()`` where the target has it) and every tensor."""
