@@ -66,6 +66,13 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
         step "stream_order_planted_$i" 40 env PYTHONPATH="$PYTHONPATH:/tmp/planted" python3 -m verification check stream-order --target planted_unordered_side_stream --device cuda --examples 5 --seed "$i"
       done
       step stream_order_library 60 python3 -m verification check stream-order --device cuda --examples 25 ;;
+    replay_as_eager)
+      # What a break sees at replay (the region's ambient state, the runner's metadata, a
+      # tensor's attributes): the three idioms, the library's tests of them, and the replay
+      # cost per break against the commit before (carry .baseline, a copy of that package).
+      step replay_as_eager_probe 60 python3 -m bench.probes.replay_as_eager --device cuda
+      step replay_as_eager_tests 120 python3 -m pytest -q -rfE -p no:cacheprovider tests/library/test_replay_as_eager.py tests/harness/test_replay_semantics.py --bcg-device=cuda
+      step host_cost_vs_baseline 240 python3 -m bench.probes.host_cost_per_break --device cuda --rounds 5 --baseline .baseline/breakable_cudagraph ;;
     repetition) step repetition_10000 120 python3 -m verification check repetition --device cuda --cycles 10000 --examples 1 ;;
     mutant)
       # The GPU-only survivors of results/mutation, applied by hand to scratch copies.

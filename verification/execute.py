@@ -126,14 +126,24 @@ def handed_otherwise(
 
 
 def called_otherwise(
-    replayed: Sequence[tuple[int, Any]], captured: Sequence[tuple[int, Any]]
+    replayed: Sequence[tuple[int, Any]],
+    captured: Sequence[tuple[int, Any]],
+    capture_caller: Any,
+    replay_caller: Any,
 ) -> tuple[int, str] | None:
-    """The first break call of a replay made under other ambient state than at capture:
-    ``(step, the difference in words)``, or None."""
+    """The first break call of a replay made under other ambient state than an eager run of
+    the region at replay would give it: what the replay's caller has (``replay_caller``),
+    with what the region set around the call at capture (where the call saw other than the
+    capture's caller, ``capture_caller``) on top. ``(step, the difference in words)``, or
+    None."""
     for (step, seen), (captured_step, was) in zip(replayed, captured):
         if step != captured_step:
             return None  # calls out of step: the break count or order names that
-        difference = seen_difference(seen, was)
+        expected = tuple(
+            item if item != outside else now
+            for item, outside, now in zip(was, capture_caller, replay_caller)
+        )
+        difference = seen_difference(seen, expected)
         if difference is not None:
             return step, difference
     return None
@@ -467,6 +477,7 @@ class CapturedProgram:
                 else target.BreakableCUDAGraphCapture(pool=pool)
             )
             seed_rng(rng_seed, device)
+            self.capture_caller = ambient_seen()
             with collector_paused(), self.capture:
                 self.outputs = run_steps(
                     program, table, callables, self.static_inputs, host=self.host
@@ -492,6 +503,7 @@ class CapturedProgram:
         if self.host is not None:
             update_host(self.host, rng_seed)
         seed_rng(rng_seed, self.device)
+        replay_caller = ambient_seen()
         try:
             self.capture.replay()
             torch.cuda.synchronize()
@@ -505,5 +517,7 @@ class CapturedProgram:
             self.structure_changed = handed_otherwise(
                 self.log.take_structures(), self.capture_structures
             )
-            self.ambient_changed = called_otherwise(self.log.take_seen(), self.capture_seen)
+            self.ambient_changed = called_otherwise(
+                self.log.take_seen(), self.capture_seen, self.capture_caller, replay_caller
+            )
         return entries

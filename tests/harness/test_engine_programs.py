@@ -129,7 +129,7 @@ def test_fuzz_draws_every_engine_dimension_beside_plain_programs():
 
     seen: set[str] = set()
 
-    @settings(max_examples=150, database=None, deadline=None, derandomize=True,
+    @settings(max_examples=300, database=None, deadline=None, derandomize=True,
               suppress_health_check=list(HealthCheck))  # fmt: skip
     @given(programs(engine=CampaignConfig.engine, max_ops=6))
     def draw(program: Program) -> None:
@@ -142,9 +142,10 @@ def test_fuzz_draws_every_engine_dimension_beside_plain_programs():
         if len(shared) > len(set(shared)):
             seen.add("shared")
         seen.update(f"{s.op}:{dict(s.params)}" for s in program.steps if s.fn >= 0)
+        seen.update(s.op for s in program.steps if s.fn >= 0)
 
     draw()
     wanted = {"plain", "host", "shared", "form:meta", "form:lens", "form:tuple", "form:dict",
               "attention:{'nested': True}", "logit_bias:{'view': False}",
-              "logit_bias:{'view': True}"}  # fmt: skip
+              "logit_bias:{'view': True}", "rotary"}  # fmt: skip
     assert wanted <= seen, wanted - seen

@@ -2,8 +2,8 @@
 :mod:`verification.planted` in the same environment, through the check that must find it, and
 count the hits.
 
-Fuzz targets (``targets``, ``vllm_minimal``: ``BUGS`` and ``build(bug)``) run the differential
-campaign with up to :data:`FUZZ_EXAMPLES` examples each; property targets
+Fuzz targets (``targets``, ``vllm_minimal``, ``library_targets``: ``BUGS`` and ``build(bug)``)
+run the differential campaign with up to :data:`FUZZ_EXAMPLES` examples each; property targets
 (``property_targets``: ``BUGS`` maps each bug to the property that must find it;
 ``runner_targets``: each for the runner property) run that property with the ``ci`` budget
 the suite proves each is found within. The question is only whether the check fails, so each
@@ -47,7 +47,11 @@ from verification.isolation import cores
 from verification.properties.processes import run_properties
 from verification.targets import load_target
 
-FUZZ_MODULES = ("verification.planted.targets", "verification.planted.vllm_minimal")
+FUZZ_MODULES = (
+    "verification.planted.targets",
+    "verification.planted.vllm_minimal",
+    "verification.planted.library_targets",
+)
 PROPERTY_MODULE = "verification.planted.property_targets"
 # The runner's planted bugs, each for the runner property.
 RUNNER_MODULE = "verification.planted.runner_targets"

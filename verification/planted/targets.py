@@ -18,6 +18,10 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+# The state a break's region set around it, as the library records and applies it: a second
+# copy of that bookkeeping here would only be a second place for it to go wrong.
+from breakable_cudagraph import ambient
+
 BUGS: dict[str, str] = {
     "eager_not_recorded": "a break runs at capture but is not kept for replay",
     "eager_run_twice": "each break runs twice at replay",
@@ -64,6 +68,8 @@ class _Eager:
     result: Any
     # Storage addresses of its tensor arguments: whether a result aliases one must not change.
     memory: frozenset[int] = frozenset()
+    # What the region's own with-blocks set around the call (the library's ambient delta).
+    ambient: Any = None
 
 
 def _storages(tree: Any) -> frozenset[int]:
@@ -100,6 +106,7 @@ class _Capture:
         self.by_function: dict[Any, _Eager] = {}
         self.replays = 0
         self._context: Any = None
+        self._entry: Any = None
 
     def _begin(self) -> None:
         # capture_begin on the caller's (non-default) stream: torch.cuda.graph would also
@@ -117,6 +124,7 @@ class _Capture:
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError("nested capture: the current stream is already capturing")
         _ACTIVE.append(self)
+        self._entry = ambient.record()
         try:
             self._begin()
         except BaseException:
@@ -138,6 +146,7 @@ class _Capture:
             self._end()
 
     def add_eager(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        called_under = ambient.read()
         self._end()
         result = fn(*args, **kwargs)
         kept_args = (
@@ -152,6 +161,7 @@ class _Capture:
         if "args_rebuilt_by_pytree" in self.bugs:
             kept_args = tree_map(lambda leaf: leaf, kept_args)
         eager = _Eager(fn, kept_args, kept_kwargs, result, _storages((args, kwargs)))
+        eager.ambient = ambient.delta(called_under, self._entry)
         if "record_keyed_by_function" in self.bugs:
             earlier = self.by_function.setdefault(fn, eager)
             earlier.args, earlier.kwargs = eager.args, eager.kwargs
@@ -184,7 +194,12 @@ class _Capture:
         if "eager_only_first_replay" in self.bugs and self.replays > 0:
             return
         for _ in range(2 if "eager_run_twice" in self.bugs else 1):
-            result = eager.fn(*eager.args, **eager.kwargs)
+            undo = None if eager.ambient is None else ambient.enter(eager.ambient)
+            try:
+                result = eager.fn(*eager.args, **eager.kwargs)
+            finally:
+                if undo is not None:
+                    ambient.leave(undo)
             if "output_not_copied_back" in self.bugs:
                 continue
             # Tensors returned (also inside lists and dicts) land in the capture-time ones.

@@ -40,20 +40,22 @@ _active = threading.local()
 def _weak_ref(value: Any) -> Any:
     """A tensor over the same device memory that does not own it (vLLM's weak_ref_tensor).
 
-    Conjugate and negative views, tensor subclasses and tensors carrying Python attributes are
-    kept as they are: a tensor rebuilt from their memory would lose the bit, the subclass or
-    the attributes (the pool check's ``arguments_as_given_problem``; vLLM's ``from_blob``
-    rebuild has not been checked for it, and its weak_ref_tensor drops attributes)."""
+    Conjugate and negative views and tensor subclasses are kept as they are: a tensor rebuilt
+    from their memory would lose the bit or the subclass (the pool check's
+    ``arguments_as_given_problem``; vLLM's ``from_blob`` rebuild has not been checked for it).
+    The tensor's Python attributes are copied onto it (vLLM's weak_ref_tensor drops them)."""
     if not isinstance(value, torch.Tensor) or not value.is_cuda:
         return value
-    if value.is_conj() or value.is_neg() or type(value) is not torch.Tensor or value.__dict__:
+    if value.is_conj() or value.is_neg() or type(value) is not torch.Tensor:
         return value
     storage = value.untyped_storage()
     alias = torch._C._construct_storage_from_data_pointer(
         storage.data_ptr(), value.device, storage.nbytes()
     )
     empty = torch.empty((), dtype=value.dtype, device=value.device)
-    return empty.set_(alias, value.storage_offset(), value.size(), value.stride())
+    weak = empty.set_(alias, value.storage_offset(), value.size(), value.stride())
+    weak.__dict__.update(value.__dict__)
+    return weak
 
 
 def _weak_refs(tree: Any) -> Any:

@@ -34,6 +34,7 @@ from verification.execute import (
     seed_rng,
     step_callables,
 )
+from verification.ops.ambient import ambient_seen
 from verification.ops.spec import OpSpec
 from verification.oracle import compare, program_tolerance
 from verification.programs import Program, make_inputs, op_table
@@ -172,6 +173,9 @@ class ProgramRun:
         self.outputs: list[torch.Tensor] = []
         # Why the caller's stream was left changed, found at capture; every replay reports it.
         self.problem: str | None = None
+        # What the caller of the capture and of the last replay had set (ambient_seen()).
+        self.capture_caller: Any = ()
+        self.replay_caller: Any = ()
         caller = torch.cuda.current_stream()
         runner = torch.cuda.Stream()
         runner.wait_stream(caller)
@@ -194,6 +198,7 @@ class ProgramRun:
                     self.capture = target.BreakableCUDAGraphCapture(**kwargs)
                     self._seed(seed)
                     before = torch.cuda.current_stream()
+                    self.capture_caller = ambient_seen()
                     with collector_paused(), self.capture:
                         self.outputs = run_steps(
                             program, self.table, self.callables, self.static_inputs, hook
@@ -214,6 +219,7 @@ class ProgramRun:
         stream.wait_stream(caller)
         with torch.cuda.stream(stream):
             before = torch.cuda.current_stream()
+            self.replay_caller = ambient_seen()
             self.capture.replay()
             problem = stream_left(before, "replay()")
         caller.wait_stream(stream)
@@ -257,7 +263,9 @@ class ProgramRun:
         changed = handed_otherwise(self.log.take_structures(), self.capture_structures)
         if changed is not None:
             return handed_otherwise_message(changed, self.program)
-        other_state = called_otherwise(self.log.take_seen(), self.capture_seen)
+        other_state = called_otherwise(
+            self.log.take_seen(), self.capture_seen, self.capture_caller, self.replay_caller
+        )
         return None if other_state is None else called_otherwise_message(other_state, self.program)
 
     def drop(self) -> None:
