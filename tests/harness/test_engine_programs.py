@@ -33,7 +33,7 @@ SEEDS = {
     "record_keyed_by_function": 2,
     "host_args_snapshot": 0,
     "args_rebuilt_by_pytree": 0,
-    "result_copied_into_argument": 2,
+    "result_copied_into_argument": 3,
 }
 
 
