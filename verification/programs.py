@@ -41,7 +41,7 @@ from verification.ops.out_buffer import (
     with_out_buffer_forms,
 )
 from verification.ops.spec import OpSpec, TensorMeta
-from verification.targets.contracts import AMBIENT_STATE, Contract, get_contract
+from verification.targets.contracts import Contract, get_contract
 
 
 @dataclass(frozen=True)
@@ -501,19 +501,17 @@ def programs(
     if kept and draw(_booleans):
         outputs = tuple(sorted({*outputs, *kept}))
     # Drawn last, so that a failure that needs neither shrinks to plain calls.
-    ambient = AMBIENT_STATE not in get_contract(contract).caller_duties
-    steps = [_called(draw, step, ambient) if step.brk else step for step in steps]
+    steps = [_called(draw, step) if step.brk else step for step in steps]
     return _with_static_buffers(inputs, static, steps, outputs, host)
 
 
 _AMBIENT_WAYS = ("", *AMBIENT)
 
 
-def _called(draw: st.DrawFn, step: Step, ambient: bool) -> Step:
-    """``step`` (a break), a quarter of the time called inside a ``with`` block of the region
-    (where the contract leaves the ambient state to the target), and a quarter of the time
-    with its tensors tagged."""
-    way = draw(_sampled_from(_AMBIENT_WAYS)) if ambient and draw(_integers(0, 3)) == 3 else ""
+def _called(draw: st.DrawFn, step: Step) -> Step:
+    """``step`` (a break), a quarter of the time called inside a ``with`` block of the region,
+    and a quarter of the time with its tensors tagged."""
+    way = draw(_sampled_from(_AMBIENT_WAYS)) if draw(_integers(0, 3)) == 3 else ""
     tagged = draw(_integers(0, 3)) == 3
     return dataclasses.replace(step, ambient=way, tag=tagged) if way or tagged else step
 

@@ -8,9 +8,11 @@ runs the recorded graphs and eager calls in order and returns nothing: a break m
 into caller-provided buffers (the ``out-buffer`` contract, which this module leaves
 undeclared so the harness's default applies). Like vLLM, an eager step holds its device
 tensor arguments by non-owning references (vLLM's ``weak_ref_tensors``), so a capture does
-not keep intermediates alive; the caller keeps its buffers alive. :func:`build` plants one of
-:data:`BUGS`, or holds the arguments strongly (``hold="strong"``, a plain
-``functools.partial``), which is correct but keeps memory alive.
+not keep intermediates alive; the caller keeps its buffers alive. Unlike vLLM, it applies
+around each break at replay the ambient state its region set around it at capture (the
+library's ``ambient`` bookkeeping, borrowed), as a correct implementation must.
+:func:`build` plants one of :data:`BUGS`, or holds the arguments strongly (``hold="strong"``,
+a plain ``functools.partial``), which is correct but keeps memory alive.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from typing import Any
 
 import torch
 
-from breakable_cudagraph import collector
+from breakable_cudagraph import ambient, collector
+from breakable_cudagraph.segments import call_within
 
 BUGS: dict[str, str] = {
     "eager_before_graphs": "replay runs every eager step before every graph",
@@ -91,6 +94,7 @@ class _Capture:
         self.segments: list[tuple[str, Callable[[], Any]]] = []
         self._graph: torch.cuda.CUDAGraph | None = None
         self._step_error: BaseException | None = None
+        self._entry: Any = None  # the ambient state the capture was entered under
 
     @staticmethod
     def current() -> _Capture | None:
@@ -107,6 +111,7 @@ class _Capture:
         # engine may instead keep it off around all its captures. This stand-in borrows the
         # library's counted pause rather than writing a second one.
         collector.pause()
+        self._entry = ambient.record()
         try:
             self._open_segment()  # first: a capture_begin that raises leaves nothing active
         except BaseException:
@@ -158,10 +163,14 @@ class _Capture:
             replay_args = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
         if "kwargs_dropped" in self.bugs:
             replay_kwargs = {}
+        called_under = ambient.read()
         self._close_segment()
         if self.hold == "weak":  # between segments: nothing of this lands in a graph
             replay_args, replay_kwargs = _weak_refs((replay_args, replay_kwargs))
         step = ("eager", functools.partial(fn, *replay_args, **replay_kwargs))
+        changed = ambient.delta(called_under, self._entry)
+        if changed is not None:  # the region's own with-blocks, applied again at replay
+            step = ("eager", functools.partial(call_within, changed, step[1]))
         if "eager_before_feeding_graph" in self.bugs:
             self.segments.insert(len(self.segments) - 1, step)
         else:

@@ -29,13 +29,10 @@ from verification.errors import UsageError
 COLLECTOR = "collector"
 ONE_CAPTURING_THREAD = "one-capturing-thread"
 SIDE_STREAM = "side-stream"
-AMBIENT_STATE = "ambient-state"
 DUTIES: dict[str, str] = {
     COLLECTOR: "freeze the collector around captures",
     ONE_CAPTURING_THREAD: "capture from one thread at a time",
     SIDE_STREAM: "capture from a stream of its own, never from the default stream",
-    AMBIENT_STATE: "call every break under the ambient state its capture was entered with "
-    "(no autocast, grad-mode or backend block around a break inside the captured region)",
 }
 # ``GUARDS_ITSELF = True``: the target needs none of its caller's duties (this library).
 GUARDS_ITSELF = "GUARDS_ITSELF"
@@ -68,9 +65,8 @@ CONTRACTS: dict[str, Contract] = {
             summary="a break writes into caller-provided tensors and returns None or an "
             "argument unchanged; a fresh tensor it returns is not refreshed at replay (vLLM)",
             # gpu_model_runner.py: freeze_gc_for_cudagraph_capture, one capture loop, inside
-            # graph_capture()'s stream; its models call attention under the forward's own
-            # state, which capture and replay share.
-            caller_duties=(COLLECTOR, ONE_CAPTURING_THREAD, SIDE_STREAM, AMBIENT_STATE),
+            # graph_capture()'s stream.
+            caller_duties=(COLLECTOR, ONE_CAPTURING_THREAD, SIDE_STREAM),
             caller="vLLM's runner",
         ),
         Contract(
@@ -92,8 +88,8 @@ CONTRACTS: dict[str, Contract] = {
             summary="a tensor a break returns is refreshed at every replay, copied into the "
             "capture-time result (SGLang's _copy_output)",
             # base_cuda_graph_runner.py: freeze_gc around the capture loop, one runner thread,
-            # inside graph_capture()'s stream; as vLLM's, its models set no state around a break.
-            caller_duties=(COLLECTOR, ONE_CAPTURING_THREAD, SIDE_STREAM, AMBIENT_STATE),
+            # inside graph_capture()'s stream.
+            caller_duties=(COLLECTOR, ONE_CAPTURING_THREAD, SIDE_STREAM),
             caller="SGLang's runner",
         ),
     )
