@@ -112,7 +112,6 @@ class Search:
         self.steps_run = 0
         self.phases: dict[str, float] = {}
         self.step = -1
-        self.phase = "build"  # what runs now: build, warm-up, capture, step, narrowing
 
     def _timed(self, phase: str, started: float) -> None:
         self.phases[phase] = self.phases.get(phase, 0.0) + time.perf_counter() - started
@@ -146,7 +145,14 @@ class Search:
         op, change = type(error).__name__, None
         last = trace.breaks[-1] if trace is not None and trace.breaks else None
         pending = trace.pending if trace is not None else None
-        if last is not None and last.returned_at is not None and site in (None, last.site):
+        if pending is not None and pending.site == site:
+            op = pending.name
+            if raised.what == "capture":
+                message += (
+                    " (the eager warm-up ran this line; the capture refused it: an op that "
+                    "reads device values on the host must run in a break)"
+                )
+        elif last is not None and last.returned_at is not None and site in (None, last.site):
             # The break returned and the target raised on the way back: its result.
             captured = raised.capture.breaks if raised.capture is not None else []
             then = captured[last.index] if last.index < len(captured) else None
@@ -161,13 +167,6 @@ class Search:
                     f"{raised.what} at {_shown(last.returned_at)}"
                 )
             message += ")"
-        elif pending is not None and pending.site == site:
-            op = pending.name
-            if raised.what == "capture":
-                message += (
-                    " (the eager warm-up ran this line; the capture refused it: an op that "
-                    "reads device values on the host must run in a break)"
-                )
         elif last is not None and site == last.site and last.returned_at is None:
             op = f"break {last.name}"  # its call raised before or inside its body
         elif site is None and last is not None:
@@ -218,12 +217,9 @@ class Search:
 
     def _compare(self) -> Finding | None:
         started = time.perf_counter()
-        self.phase = "warm-up"
         eager = EagerRun(self.model, self.internal)
         warmup, warm_out = eager.step(None)
-        self.phase = "capture"
         graph = GraphRun(self.model, self.internal, self.target)
-        self.phase = "step"
         counted = getattr(graph.capture, "num_eager_breaks", None)
         if isinstance(counted, int) and counted != len(graph.capture_trace.breaks):
             raise UsageError(
@@ -258,7 +254,6 @@ class Search:
                 continue
             self.say(f"step {step}: differs at {diff.tensor}")
             started = time.perf_counter()
-            self.phase = "narrowing"
             try:
                 return self._locate(diff, step, graph, warmup, e_trace)
             finally:
