@@ -110,13 +110,20 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
     breakdown) step capture_breakdown 420 python3 -m bench.probes.capture_breakdown --rounds 3 --variants capture_set,own_storage,minimal --out "$out/breakdown" ;;
     bisect)
       # Each planted model of tests/harness/bisect by the command a user runs, then the tests.
-      for m in frozen_host_value attention_not_a_break break_caches_a_tensor host_branch rebound_input host_read_not_a_break stream_race; do
+      for m in frozen_host_value cpu_scalar_temperature attention_not_a_break break_caches_a_tensor host_branch rebound_input rebound_positions host_read_not_a_break returns_argument_or_new stream_race; do
         step "bisect_$m" 60 python3 -m verification bisect "tests.harness.bisect.planted_models:$m" --device cuda --steps 3
       done
       step bisect_correct_20 60 python3 -m verification bisect tests.harness.bisect.planted_models:correct --device cuda --steps 20
       step bisect_llama_20 120 python3 -m verification bisect tests.harness.bisect.llama_model:llama --device cuda --steps 20
       step bisect_example 60 python3 -m verification bisect examples.bisect_transformer:transformer --device cuda
       step bisect_tests 200 python3 -m pytest -q -p no:cacheprovider -n 8 --bcg-device=cuda -rfE tests/harness/bisect tests/library/test_capture_set.py tests/harness/properties/test_capture_sets.py ;;
+    bisect_agree)
+      # The op and line bisect names for every planted model, and each model's op trace, on
+      # the GPU and on the simulator (GPU hidden), then where the two differ (rc 1 if any).
+      step bisect_agree_cuda 300 python3 -m bench.bisect_agreement --device cuda --out "$out/bisect-cuda.json"
+      step bisect_agree_sim 300 python3 -m bench.bisect_agreement --device sim --out "$out/bisect-sim.json"
+      step bisect_agree_compare 30 python3 -m bench.bisect_agreement --compare "$out/bisect-cuda.json" "$out/bisect-sim.json" --md "$out/bisect-agreement.md"
+      step bisect_op_traces 120 python3 -m pytest -q -p no:cacheprovider --bcg-device=cuda -rfEs tests/harness/bisect/test_op_traces.py ;;
     bench)
       step bench 150 python3 -m bench --device cuda --out "$out/bench"
       step replay_probe 60 python3 -m bench.replay_probe ;;

@@ -24,12 +24,14 @@ import torch
 
 from verification.bisect.compare import Tolerance
 from verification.bisect.model import load_user_model
+from verification.bisect.runs import EagerRun
 from verification.bisect.search import Finding, Say, Search
+from verification.bisect.trace import Site, internal_dirs
 from verification.devices import DeviceKind, device_context
 from verification.errors import UsageError
 from verification.targets import Target, load_target
 
-__all__ = ["BisectResult", "Finding", "Tolerance", "bisect"]
+__all__ = ["BisectResult", "Finding", "Tolerance", "bisect", "op_trace"]
 
 DEFAULT_TOLERANCE = Tolerance()
 
@@ -86,3 +88,14 @@ def bisect(
         time.perf_counter() - start,
         search.phases,
     )
+
+
+def op_trace(ref: str, kind: DeviceKind, target: Target | None = None) -> list[tuple[str, Site]]:
+    """The ops ``MODULE:FN``'s forward dispatches from the user's lines in one eager run (the
+    warm-up), as bisect sees them: (op name, call site) in order. bisect names the same op
+    on the simulator as on a GPU only where the two give the same list."""
+    loaded = load_target() if target is None else target
+    model = load_user_model(ref, loaded)
+    with device_context(kind, strict_warmup=False), torch.no_grad():
+        trace, _ = EagerRun(model, internal_dirs(loaded.module)).step(None, keep=False)
+    return [(op.name, op.site) for op in trace.ops]

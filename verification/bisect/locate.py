@@ -5,7 +5,8 @@ For a graph segment it first compares what the capture recorded with what the ea
 went the other way), an op reading another tensor from outside the forward than at capture
 (the user rebound it instead of copying into it), or an op whose non-tensor arguments,
 tensor layouts or host-tensor values differ from the capture's (a host value frozen at
-capture). When the capture agrees with eager, :func:`by_forced_breaks` runs the segment's
+capture; a **host scalar** when it is an operand passed by value, a 0-dim CPU tensor or a
+Python number). When the capture agrees with eager, :func:`by_forced_breaks` runs the segment's
 ops as eager breaks of the target and names the first whose replayed output differs. A break
 whose inputs agree but whose results differ is narrowed by :func:`in_break_body`.
 """
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 
 from verification.bisect.compare import Tolerance, describe, first_diff
-from verification.bisect.trace import OpRecord, Site, Trace
+from verification.bisect.trace import Layout, OpRecord, Site, Trace
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,9 @@ def structural(capture: Trace, warmup: Trace, eager: Trace, upto: int) -> Culpri
                     (j for j, (a, b) in enumerate(zip(c.signature, e.signature)) if a != b),
                     min(len(c.signature), len(e.signature)),
                 )
+                scalar = host_scalar(c, e, j)
+                if scalar is not None:
+                    return scalar
                 then = c.signature[j] if j < len(c.signature) else "nothing"
                 now = e.signature[j] if j < len(e.signature) else "nothing"
                 return Culprit(
@@ -97,6 +101,62 @@ def structural(capture: Trace, warmup: Trace, eager: Trace, upto: int) -> Culpri
                     calls=(c.call, e.call),
                 )
     return None
+
+
+def _argument(op: OpRecord, j: int) -> tuple[Any, str] | None:
+    """Argument ``j`` of a graph op's recorded call (tensors as Layouts) and its schema type."""
+    if op.call is None or op.func is None:
+        return None
+    args, kwargs = op.call
+    schema = op.func._schema.arguments
+    if j < len(args):
+        return (args[j], str(schema[j].type)) if j < len(schema) else None
+    names = list(kwargs)
+    if j - len(args) >= len(names):
+        return None
+    name = names[j - len(args)]
+    spec = next((a for a in schema if a.name == name), None)
+    return (kwargs[name], str(spec.type)) if spec is not None else None
+
+
+# Schema types a kernel takes by value: a Python number passed there, or a 0-dim CPU tensor
+# passed as a Tensor, is read when the op is issued (at capture) and baked into the graph.
+_BY_VALUE = ("Tensor", "number", "Optional[number]", "Optional[Tensor]")
+
+
+def host_scalar(captured: OpRecord, eager: OpRecord, j: int) -> Culprit | None:
+    """Culprit for a device op whose operand ``j`` is a host scalar (a 0-dim CPU tensor or a
+    Python number) that changed since capture; None when ``j`` is anything else."""
+    then, now = _argument(captured, j), _argument(eager, j)
+    if then is None or now is None or not eager.device or then[1] not in _BY_VALUE:
+        return None
+    (old, _), (new, _) = then, now
+    if isinstance(old, Layout) and isinstance(new, Layout):
+        if old.on_device or new.on_device or old.shape != () or new.shape != ():
+            return None
+        what = "a 0-dim CPU tensor"
+        fix = (
+            'create it on the device (torch.tensor(..., device="cuda")) and update it in '
+            "place (fill_, copy_), or copy it into a device tensor each step"
+        )
+        old, new = old.values, new.values
+    elif isinstance(old, (int, float)) and isinstance(new, (int, float)):
+        what = "a Python number read from host state"
+        fix = (
+            "keep it in a device tensor updated in place each step (fill_, copy_), "
+            "or make the op a break"
+        )
+    else:
+        return None
+    return Culprit(
+        "host scalar",
+        eager.name,
+        eager.site,
+        f"its operand {j} is {what}: {old!r} at capture, {new!r} now. CUDA passes a host "
+        f"scalar to the kernel by value when the op is issued, so the capture baked {old!r} "
+        f"into the graph and every replay uses it: {fix}",
+        calls=(captured.call, eager.call),
+    )
 
 
 def _short(text: str, limit: int = 160) -> str:

@@ -23,6 +23,7 @@ import torch
 import breakable_cudagraph
 from verification.bisect.trace import (
     BreakRecord,
+    Site,
     Tracer,
     caller_site,
     copies,
@@ -30,6 +31,7 @@ from verification.bisect.trace import (
     storage_ptr,
     tensors,
 )
+from verification.causes import forwarder
 from verification.errors import UsageError
 from verification.targets import Target
 
@@ -42,6 +44,7 @@ class Session:
         self.tracer = tracer
         self.keep = False
 
+    @forwarder  # a break that raises is the user's, not the harness's
     def call_break(self, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         tracer = self.tracer
         if tracer.in_break is not None:  # a break inside a break is a plain call
@@ -59,7 +62,7 @@ class Session:
         trace.breaks.append(record)
         tracer.in_break = index
         try:
-            result = fn(*args, **kwargs)
+            result, record.returned_at = _returning(fn, args, kwargs)
         finally:
             tracer.in_break = None
             tracer.segment = index + 1
@@ -70,6 +73,28 @@ class Session:
         for p in record.result_ptrs:
             trace.producers[p] = ("break", index)
         return result
+
+
+@forwarder
+def _returning(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[Any, Site | None]:
+    """``fn(*args, **kwargs)`` and the line of ``fn``'s body that returned: a target that
+    refuses what a break returned is answered with that line. None when another profiler is
+    set (it is left alone) or ``fn`` is no Python function."""
+    code = getattr(fn, "__code__", None)
+    if code is None or sys.getprofile() is not None:
+        return fn(*args, **kwargs), None
+    returned: list[Site] = []
+
+    def watch(frame: Any, event: str, arg: Any) -> None:
+        if event == "return" and frame.f_code is code:
+            returned.append((code.co_filename, frame.f_lineno))
+
+    sys.setprofile(watch)
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        sys.setprofile(None)
+    return result, returned[-1] if returned else None
 
 
 _session: Session | None = None
@@ -87,6 +112,7 @@ def session(tracer: Tracer) -> Iterator[Session]:
 
 def _reporting(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
+    @forwarder
     def reported(*args: Any, **kwargs: Any) -> Any:
         if _session is None:
             return fn(*args, **kwargs)

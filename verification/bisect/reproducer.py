@@ -83,6 +83,13 @@ def frozen_op_script(
         return None
     if [(t.shape, t.dtype) for t in tensors] != [(t.shape, t.dtype) for t in now_tensors]:
         return None  # the tensors themselves changed: not one op's frozen host value
+    # A host tensor whose values changed is updated in place between capture and replay, as
+    # the model did: the script shows the replay keeping the value the capture read.
+    updates = "".join(
+        f"        t{i}.copy_(torch.tensor({b.values!r}, dtype={b.dtype}))\n"
+        for i, (a, b) in enumerate(zip(tensors, now_tensors))
+        if not b.on_device and b.values is not None and a.values != b.values
+    )
     func = "torch.ops." + op
     then_args += "" if then_kwargs == "{}" else f", **{then_kwargs}"
     now_args += "" if now_kwargs == "{}" else f", **{now_kwargs}"
@@ -117,7 +124,7 @@ def main() -> None:
         at_capture()  # warm-up
         with target.BreakableCUDAGraphCapture() as capture:
             replayed = at_capture()
-        capture.replay()
+{updates}        capture.replay()
         expected = at_step()
     torch.cuda.synchronize()
     pairs = list(zip(tree_leaves(replayed), tree_leaves(expected)))

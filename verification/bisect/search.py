@@ -4,8 +4,10 @@ then narrowed to one op, as a :class:`Finding`.
 :class:`Search` builds the eager and captured runs, compares them step by step
 (:mod:`~verification.bisect.compare`), and hands the first difference to
 :mod:`~verification.bisect.locate`. On the simulator it runs under the stream race detector. An
-exception raised with a line of the user's on the stack is the model's (a finding); one
-without is the harness's and propagates.
+exception raised while the model runs is a finding (exit 1) when the model, the target or a
+peer target raised it, named at the user's line: the op or break whose call raised, and for
+a break whose result the target refused, the line of its body that returned it. Only one the
+harness's own code raised propagates (exit 3).
 """
 
 from __future__ import annotations
@@ -22,13 +24,29 @@ from verification.bisect.compare import Difference, Tolerance, first_diff, first
 from verification.bisect.locate import Culprit, compare_ops, in_break_body, structural
 from verification.bisect.model import UserModel
 from verification.bisect.reproducer import frozen_op_script
-from verification.bisect.runs import EagerRun, GraphRun
-from verification.bisect.trace import OpRecord, Site, internal_dirs, site_of_traceback
+from verification.bisect.runs import EagerRun, GraphRun, ModelRaised
+from verification.bisect.trace import (
+    BreakRecord,
+    OpRecord,
+    Site,
+    internal_dirs,
+    site_of_traceback,
+)
+from verification.causes import raised_by_harness
 from verification.devices import DeviceKind
 from verification.errors import UsageError
 from verification.targets import Target
 
 Say = Callable[[str], None]
+
+
+def _returned_line(now: BreakRecord, then: BreakRecord | None) -> Site | None:
+    """The line to change in a break whose result the target refused: where it returned
+    (a view of) an argument, at capture or now, else where it returned now."""
+    for record in (then, now):
+        if record is not None and record.returned_at is not None and record.returned_an_argument:
+            return record.returned_at
+    return now.returned_at
 
 
 @dataclass(frozen=True)
@@ -43,21 +61,22 @@ class Finding:
     reason: str
     reproduce: str
     reproducer: str | None = None  # a standalone script, when bisect can write one
+    change: Site | None = None  # the line to change, when it is not ``site``
 
     @property
     def where(self) -> str:
-        if self.site is None:
-            return "(no line of yours)"
-        path = os.path.abspath(self.site[0])
-        here = os.getcwd() + os.sep
-        return f"{path[len(here) :] if path.startswith(here) else path}:{self.site[1]}"
+        return _shown(self.site)
 
     def line(self) -> str:
         step = "before the first step" if self.step < 0 else f"at step {self.step}"
-        return f"bisect: {self.kind}: {self.op} at {self.where}, {step}"
+        change = f" (change {_shown(self.change)})" if self.change is not None else ""
+        return f"bisect: {self.kind}: {self.op} at {self.where}{change}, {step}"
 
     def lines(self) -> list[str]:
-        out = [f"op:       {self.op}", f"where:    {self.where}", f"kind:     {self.kind}"]
+        out = [f"op:       {self.op}", f"where:    {self.where}"]
+        if self.change is not None:
+            out.append(f"change:   {_shown(self.change)}")
+        out.append(f"kind:     {self.kind}")
         out.append(f"step:     {self.step if self.step >= 0 else 'warm-up/capture'}")
         if self.tensor:
             out.append(f"tensor:   {self.tensor}")
@@ -66,6 +85,14 @@ class Finding:
         if self.reproducer is not None:
             out += ["---- reproducer ----", self.reproducer.rstrip("\n"), "--------------------"]
         return out
+
+
+def _shown(site: Site | None) -> str:
+    if site is None:
+        return "(no line of yours)"
+    path = os.path.abspath(site[0])
+    here = os.getcwd() + os.sep
+    return f"{path[len(here) :] if path.startswith(here) else path}:{site[1]}"
 
 
 class Search:
@@ -85,7 +112,6 @@ class Search:
         self.steps_run = 0
         self.phases: dict[str, float] = {}
         self.step = -1
-        self.phase = "build"  # what runs now: build, warm-up, capture, step, narrowing
 
     def _timed(self, phase: str, started: float) -> None:
         self.phases[phase] = self.phases.get(phase, 0.0) + time.perf_counter() - started
@@ -102,30 +128,61 @@ class Search:
         try:
             with guard:
                 return self._compare()
-        except UsageError:
-            raise
-        except Exception as error:
+        except ModelRaised as raised:
+            error = raised.error
             if races is not None and isinstance(error, races):
                 return self._race(error)
-            site = site_of_traceback(error.__traceback__, self.internal)
-            if site is None:
-                raise  # nothing of the user's on the stack: the harness failed
-            # The model itself raised (eagerly, or because the capture refused an op).
-            message = " ".join(str(error).split())[:400]
-            if self.phase == "capture":
+            if raised_by_harness(error):
+                raise error from None  # the harness's own code raised: exit 3
+            return self._raised(raised)
+
+    def _raised(self, raised: ModelRaised) -> Finding:
+        """The model, the target or a peer raised: named at the user's line."""
+        error = raised.error
+        message = f"{type(error).__name__}: {' '.join(str(error).split())[:400]}"
+        site = site_of_traceback(error.__traceback__, self.internal)
+        trace = raised.trace
+        op, change = type(error).__name__, None
+        last = trace.breaks[-1] if trace is not None and trace.breaks else None
+        pending = trace.pending if trace is not None else None
+        if pending is not None and pending.site == site:
+            op = pending.name
+            if raised.what == "capture":
                 message += (
                     " (the eager warm-up ran this line; the capture refused it: an op that "
                     "reads device values on the host must run in a break)"
                 )
-            return Finding(
-                f"{self.phase} raised",
-                type(error).__name__,
-                site,
-                self.step,
-                "",
-                message,
-                self.command + f" --steps {max(self.step, 0) + 1}",
-            )
+        elif last is not None and last.returned_at is not None and site in (None, last.site):
+            # The break returned and the target raised on the way back: its result.
+            captured = raised.capture.breaks if raised.capture is not None else []
+            then = captured[last.index] if last.index < len(captured) else None
+            # A replayed break is called by the target, not from a line of the user's: its
+            # call site is the capture's.
+            op, site = f"break {last.name}", then.site if then is not None else last.site
+            change = _returned_line(last, then)
+            message += f" (raised by the target after break {last.name} returned"
+            if then is not None and then.returned_at not in (None, last.returned_at):
+                message += (
+                    f": at capture it returned at {_shown(then.returned_at)}, at this "
+                    f"{raised.what} at {_shown(last.returned_at)}"
+                )
+            message += ")"
+        elif last is not None and site == last.site and last.returned_at is None:
+            op = f"break {last.name}"  # its call raised before or inside its body
+        elif site is None and last is not None:
+            op, site = f"break {last.name}", last.site
+            message += f" (raised by the target; the last break it called was {last.name})"
+        step = -1 if raised.what in ("warm-up", "capture") else self.step
+        return Finding(
+            f"{raised.what} raised",
+            op,
+            site,
+            step,
+            "",
+            message,
+            self.command + f" --steps {max(step, 0) + 1}",
+            change=change,
+        )
 
     def _race(self, error: Any) -> Finding:
         site = site_of_traceback(error.__traceback__, self.internal)
@@ -160,12 +217,9 @@ class Search:
 
     def _compare(self) -> Finding | None:
         started = time.perf_counter()
-        self.phase = "warm-up"
         eager = EagerRun(self.model, self.internal)
         warmup, warm_out = eager.step(None)
-        self.phase = "capture"
         graph = GraphRun(self.model, self.internal, self.target)
-        self.phase = "step"
         counted = getattr(graph.capture, "num_eager_breaks", None)
         if isinstance(counted, int) and counted != len(graph.capture_trace.breaks):
             raise UsageError(
@@ -200,7 +254,6 @@ class Search:
                 continue
             self.say(f"step {step}: differs at {diff.tensor}")
             started = time.perf_counter()
-            self.phase = "narrowing"
             try:
                 return self._locate(diff, step, graph, warmup, e_trace)
             finally:
@@ -234,6 +287,11 @@ class Search:
                 diff.tensor,
             )
         if diff.kind == "break":
+            # A host value the capture froze before the break (a sampler's temperature)
+            # reaches it as an argument the break overwrites: the graph op is the cause.
+            found = structural(graph.capture_trace, warmup, e_trace, diff.index)
+            if found is not None:
+                return self._finding(found, step, diff.tensor)
             self.say(f"narrowing: the body of break {e_trace.breaks[diff.index].name}")
             culprit = self._break_body(diff.index, step)
             if culprit is None:

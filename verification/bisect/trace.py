@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_flatten
 
 import breakable_cudagraph
 import verification
+from verification.causes import forwarder
 
 Site = tuple[str, int]
 
@@ -36,12 +37,17 @@ def _package_dir(module: Any) -> str | None:
 
 
 # Frames looked through on the way out to the user's line, and frames that make an op not
-# the user's own (the harness or a capture library dispatching it).
+# the user's own (the harness or a capture library dispatching it). The simulator stands in
+# for CUDA torch, whose ``Tensor.to``, ``cuda()`` and ``torch.tensor`` are C++: its Python
+# shims for them must not hide the user's line from the ops they dispatch, as torch's own
+# frames do not (they dispatch what CUDA torch dispatches: see ``verification.sim.cuda_api``).
+_SIMULATOR = os.path.join(os.path.dirname(os.path.abspath(verification.__file__)), "sim") + os.sep
 _TRANSPARENT = tuple(
     d
     for d in (
         _package_dir(torch),
         os.path.abspath(sysconfig.get_paths()["stdlib"]) + os.sep,
+        _SIMULATOR,
     )
     if d
 )
@@ -232,6 +238,12 @@ class BreakRecord:
     result: list[torch.Tensor] = field(default_factory=list)
     result_ptrs: tuple[int, ...] = ()
     input_ptrs: tuple[int, ...] = ()
+    returned_at: Site | None = None  # the line of the break's body that returned
+
+    @property
+    def returned_an_argument(self) -> bool:
+        """Whether a tensor it returned is (a view of) one of its tensor arguments."""
+        return bool(set(self.result_ptrs) & set(self.input_ptrs) - {0})
 
 
 @dataclass
@@ -240,6 +252,8 @@ class Trace:
     breaks: list[BreakRecord] = field(default_factory=list)
     # Storage -> who wrote it last in this forward: ("op", index) or ("break", index).
     producers: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # The op being dispatched: still set when it raised.
+    pending: OpRecord | None = None
 
     def graph_ops(self, segment: int) -> list[OpRecord]:
         return [op for op in self.ops if op.segment == segment and op.in_break is None]
@@ -288,6 +302,7 @@ class Tracer(TorchDispatchMode):
         self._recording_forced = record_forced
         return self.trace
 
+    @forwarder  # an op that raises is the caller's, not the tracer's
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
     ) -> Any:
@@ -322,10 +337,12 @@ class Tracer(TorchDispatchMode):
         keep = self.detail(op)
         if keep:
             op.inputs = copies((args, kwargs))
+        self.trace.pending = op
         if self.force(op) and self.decorate is not None:
             result = self.decorate(self._forced_call(op.index, func))(*args, **kwargs)
         else:
             result = func(*args, **kwargs)
+        self.trace.pending = None
         outs = tensors(result)
         op.output_ptrs = tuple(storage_ptr(t) for t in outs)
         if not view:
@@ -339,6 +356,7 @@ class Tracer(TorchDispatchMode):
         return result
 
     def _forced_call(self, index: int, func: Any) -> Callable[..., Any]:
+        @forwarder
         def forced_op(*args: Any, **kwargs: Any) -> Any:
             seen = self.forced_ptrs.setdefault(index, [])
             seen[1:] = [tuple(storage_ptr(t) for t in tensors((args, kwargs)))]

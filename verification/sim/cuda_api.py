@@ -7,13 +7,15 @@ with a device target and ``record_stream`` need replacing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.overrides import _get_current_function_mode_stack as _function_modes
 from torch.utils._device import DeviceContext
+from torch.utils._python_dispatch import _disable_current_modes
 
 from verification.sim import cuda_errors, state
 from verification.sim.streams import check_host_sync, current_stream
@@ -160,6 +162,16 @@ def _default_is_device() -> bool:
     return False
 
 
+@contextlib.contextmanager
+def _simulator_mode_only() -> Iterator[None]:
+    """Dispatch modes other than the simulator's off for the block: what CUDA torch does
+    with modes excluded, the simulator must still run as device work."""
+    from verification.sim.dispatch import SimMode
+
+    with _disable_current_modes(), SimMode():
+        yield
+
+
 def _built_on_host(original: Callable[..., Any]) -> Callable[..., Any]:
     """``torch.tensor``/``as_tensor`` with a device target: CPU torch refuses the device
     guard they open, so build the host tensor and move it, which is what CUDA does too.
@@ -177,7 +189,12 @@ def _built_on_host(original: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(data, torch.Tensor) and data.is_cuda:
             made = data if not (args or kwargs) else data.to(*args, **kwargs)
         else:
-            made = original(data, *args, device="cpu", **kwargs).to("cuda")
+            # CUDA torch builds and moves the tensor with dispatch modes excluded and then
+            # dispatches lift_fresh on the device tensor: a mode tracing the caller's ops
+            # sees that one op, not the host build and the copy.
+            with _simulator_mode_only():
+                made = original(data, *args, device="cpu", **kwargs).to("cuda")
+            made = torch.ops.aten.lift_fresh.default(made)
         return made.requires_grad_() if requires_grad else made
 
     return make
@@ -232,7 +249,9 @@ def _printed_from_host(original: Callable[..., Any]) -> Callable[..., Any]:
     def _str(self: torch.Tensor, *, tensor_contents: Any = None) -> str:
         if not self.is_cuda:
             return original(self, tensor_contents=tensor_contents)
-        text = original(self.detach().cpu(), tensor_contents=tensor_contents)
+        with _simulator_mode_only():  # CUDA torch prints with every dispatch mode off
+            host = self.detach().cpu()
+        text = original(host, tensor_contents=tensor_contents)
         return f"{text[:-1]}, device='cuda:0')"
 
     return _str

@@ -285,3 +285,74 @@ def host_read_not_a_break():
         _new_x(x)
 
     return forward, next_step
+
+
+def rebound_positions():
+    # Rotary-style positions: the first op reading the rebound tensor is the dtype cast.
+    x, w1, w2, normed = _mlp()
+    batch = SimpleNamespace(positions=torch.arange(8, device="cuda"))
+    freqs = torch.randn(D, device="cuda")
+
+    def forward():
+        pos = batch.positions.to(torch.float32)  # BUG: rebound positions
+        angles = pos[:, None] * freqs
+        rms_break(x @ w1 + torch.sin(angles), normed)
+        return normed @ w2
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+        batch.positions = torch.arange(8, device="cuda") + step + 1  # rebinding, not copy_
+
+    return forward, next_step
+
+
+@bcg.eager_break_during_capture
+def top_k_renormalize(probs: torch.Tensor) -> None:
+    # A sampler's top-k filter, in place: probabilities below the 4th largest are dropped.
+    kth = probs.topk(4, dim=-1).values.select(-1, 3)
+    probs.mul_(probs >= kth[:, None])
+    probs.div_(probs.sum(-1, keepdim=True))
+
+
+def cpu_scalar_temperature():
+    x, w1, w2, normed = _mlp()
+    temperature = torch.tensor(1.0)  # a host scalar: no device=
+
+    def forward():
+        rms_break(x @ w1, normed)
+        logits = normed @ w2
+        scaled = logits / temperature  # BUG: host scalar
+        probs = torch.softmax(scaled, -1)
+        top_k_renormalize(probs)
+        return probs
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+        temperature.fill_(1.0 if step < 2 else 0.7)  # a temperature schedule
+
+    return forward, next_step
+
+
+@bcg.eager_break_during_capture
+def penalize(logits: torch.Tensor, state: SimpleNamespace) -> torch.Tensor:
+    # A logits processor with nothing to do returns its argument, else a new tensor: the
+    # library refuses the mix at replay (graphs read the result through one memory).
+    if not state.active:
+        return logits  # BUG: returns its argument
+    return logits - state.penalty
+
+
+def returns_argument_or_new():
+    x, w1, w2, _ = _mlp()
+    state = SimpleNamespace(active=False, penalty=0.5)
+
+    def forward():
+        logits = x @ w1
+        processed = penalize(logits, state)  # BUG: refused break
+        return processed @ w2
+
+    def next_step(step: int) -> None:
+        _new_x(x)
+        state.active = step % 2 == 1
+
+    return forward, next_step

@@ -3,6 +3,7 @@ correct models; the command's exit codes and one-line errors."""
 
 from __future__ import annotations
 
+import operator
 import os
 
 import pytest
@@ -19,7 +20,9 @@ PLANTED_FILE = os.path.join("tests", "harness", "bisect", "planted_models.py")
 
 # model -> (kind of finding, op, the # BUG marker of the line it must name)
 PLANTED = {
-    "frozen_host_value": ("frozen host value", "aten.div.Tensor", "frozen"),
+    "frozen_host_value": ("host scalar", "aten.div.Tensor", "frozen"),
+    "cpu_scalar_temperature": ("host scalar", "aten.div.Tensor", "host scalar"),
+    "rebound_positions": ("rebound tensor", "aten._to_copy.default", "rebound positions"),
     "attention_not_a_break": ("frozen host value", "aten.slice.Tensor", "attention"),
     "break_caches_a_tensor": ("break state", "aten.sub.Tensor", "cached"),
     "rebound_input": ("rebound tensor", "aten.mm.default", "rebound"),
@@ -48,6 +51,45 @@ def test_a_host_read_the_capture_refuses_is_named_at_its_line(bcg_kind):
     assert finding is not None and finding.kind == "capture raised", result.line()
     assert finding.site is not None and finding.site[1] == bug_line("host read")
     assert "must run in a break" in finding.reason
+
+
+def test_a_host_scalar_is_said_to_be_baked_into_the_graph_with_the_fix(bcg_kind):
+    finding = bisect(f"{MODELS}:cpu_scalar_temperature", kind=bcg_kind, steps=3).finding
+    assert finding is not None and finding.kind == "host scalar", finding
+    assert "0-dim CPU tensor: 1.0 at capture" in finding.reason, finding.reason
+    assert "baked 1.0 into the graph" in finding.reason
+    assert 'device="cuda"' in finding.reason
+
+
+def test_a_break_whose_result_the_library_refuses_at_replay_is_the_user_s_line_and_exit_1(
+    bcg_kind, capsys
+):
+    ref = f"{MODELS}:returns_argument_or_new"
+    status = cli.main(["bisect", ref, "--device", bcg_kind, "--steps", "3"])
+    out = capsys.readouterr()
+    assert status == 1, out
+    call, returned = bug_line("refused break"), bug_line("returns its argument")
+    last = out.out.splitlines()[-1]
+    assert last.startswith("bisect: replay raised: break penalize at "), last
+    assert f"{PLANTED_FILE}:{call} (change {PLANTED_FILE}:{returned}), at step 1" in last
+    assert "a new tensor every time" in out.out and "harness failed" not in out.err
+
+
+def test_an_error_the_target_raises_with_no_line_of_the_user_s_is_a_finding(bcg_kind, monkeypatch):
+    # The library's replay calls a builtin with the wrong arguments: raised in the target's
+    # frame, below no line of the user's.
+    monkeypatch.setattr("breakable_cudagraph.capture.copy_result_back", operator.truediv)
+    finding = bisect(f"{MODELS}:returns_a_tensor", kind=bcg_kind, steps=2).finding
+    assert finding is not None and finding.kind == "replay raised", finding
+    assert finding.reason.startswith("TypeError: "), finding.reason
+    assert finding.op == "break scaled" and finding.site is not None, finding
+
+
+def test_an_error_of_the_harness_while_the_model_runs_still_exits_3(bcg_kind, monkeypatch, capsys):
+    monkeypatch.setattr("verification.bisect.runs.copies", dict)  # raises in the harness's frame
+    status = cli.main(["bisect", f"{MODELS}:correct", "--device", bcg_kind])
+    assert status == 3
+    assert "harness failed: " in capsys.readouterr().err
 
 
 def test_a_stream_race_the_simulator_sees_is_named_where_the_unordered_read_is(bcg_kind):
@@ -147,14 +189,19 @@ def test_bad_options_are_one_error_line_and_exit_2(bcg_kind, capsys, extra, mess
 
 
 @pytest.mark.parametrize(
-    "ref", [f"{MODELS}:frozen_host_value", "examples.bisect_transformer:transformer"]
+    "ref",
+    [
+        f"{MODELS}:frozen_host_value",
+        f"{MODELS}:cpu_scalar_temperature",
+        "examples.bisect_transformer:transformer",
+    ],
 )
 def test_a_frozen_host_value_comes_with_a_standalone_script_that_fails_while_it_is_frozen(
     bcg_kind, ref
 ):
     from verification.devices import device_context
 
-    finding = bisect(ref, kind=bcg_kind, steps=2).finding
+    finding = bisect(ref, kind=bcg_kind, steps=3).finding
     assert finding is not None and finding.reproducer is not None, finding
     namespace = {"__name__": "reproducer"}
     exec(compile(finding.reproducer, "reproducer.py", "exec"), namespace)
