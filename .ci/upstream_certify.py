@@ -69,8 +69,10 @@ KNOWN: dict[str, list[tuple[str, str, str]]] = {
         # S6: the wait_stream hook drops a break's join of a side stream at capture.
         ("properties", "target-bug", "stream race"),
         # S7: a list argument is rebuilt at capture; engine-shaped programs update host lengths
-        # in place and the break reads the capture's copy.
+        # in place and the break reads the capture's copy (named so where the break log sees
+        # the runner's list reach it as a copy).
         ("fuzz", "target-bug", "differ"),
+        ("fuzz", "target-bug", "is the runner's own, updated in place before every replay"),
         # The capture-set pool check's note: a few hundred bytes held strongly, not a failure.
         ("properties", "memory-held", "keeps alive"),
         # S9: a break called inside the region's own with-block replays without it (V5).
@@ -93,6 +95,7 @@ KNOWN: dict[str, list[tuple[str, str, str]]] = {
         ("properties", "known-unsafe", "the documented hazard"),
         # P6: pytree's tree_map rebuilds a list argument at capture (S7's mistake).
         ("fuzz", "target-bug", "differ"),
+        ("fuzz", "target-bug", "is the runner's own, updated in place before every replay"),
         # P7: a tensor's Python attributes are dropped by the alias rebuild (P1's).
         ("fuzz", "target-bug", "with attributes [bcg_tag] given to a break reached it at"),
         ("properties", "target-bug", "with attributes [bcg_tag] given to a break reached it at"),
