@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification import breadcrumbs
 from verification.causes import describe
 from verification.devices import DeviceKind
 from verification.execute import collector_paused
@@ -190,10 +191,11 @@ def _witness(config: CheckConfig, side: torch.cuda.Stream) -> str | None:
         h = x * 2
         late_writer(h, out)
         capture = target.BreakableCUDAGraphCapture()
-        with collector_paused(), capture:
+        with breadcrumbs.calling("the witness's capture"), collector_paused(), capture:
             _sleep(kind)
             h = x * 2
-            late_writer(h, out)
+            with breadcrumbs.calling("decorated break late_writer()"):
+                late_writer(h, out)
             y = out * 3
         left = stream_left(side, "the capture")
     torch.cuda.current_stream().wait_stream(side)
@@ -210,7 +212,8 @@ def _witness(config: CheckConfig, side: torch.cuda.Stream) -> str | None:
             judged[:] = [hold]
             try:
                 hold.start()
-                capture.replay()
+                with breadcrumbs.calling("replay()"):
+                    capture.replay()
             finally:
                 judged.clear()
             left = stream_left(before, "replay()")
@@ -310,7 +313,8 @@ def capture_time_read_problem(config: CheckConfig) -> str | None:
             x.fill_(5.0)
             capture = config.target.BreakableCUDAGraphCapture()
             with collector_paused(), capture:
-                torch.mul(x, 2, out=scratch)  # a graph before the break, as breaks sit between graphs
+                # A graph before the break, as breaks sit between graphs.
+                torch.mul(x, 2, out=scratch)
                 keep(x, kept)  # at capture the break runs for real, on the caller's input
                 torch.mul(kept, 2, out=scratch)
         torch.cuda.synchronize()
@@ -420,7 +424,9 @@ def check(config: CheckConfig) -> CheckResult:
             try:
                 found.add(_finding(_default_witness(config)))
             except HoldLapsed as lapsed:
-                found.add(property_finding(NAME, "harness-error", f"from the default stream: {lapsed}"))
+                found.add(
+                    property_finding(NAME, "harness-error", f"from the default stream: {lapsed}")
+                )
 
         def body(drawn: tuple[Program, CaptureSet]) -> Finding | None:
             program, capture_set = drawn
