@@ -4,7 +4,8 @@
 # sits on which GPU), to show that with n GPUs worker i runs on GPU i mod n.
 # Usage, from the repo root: bench/gpu_pytest_matrix.sh [n0] [n0all] [n2] [nauto]
 #   (default: n0 n2 nauto)
-# Writes $OUT/pytest_matrix_<k>gpu_<modes>.{json,tgz} (OUT defaults to ./gpu-out).
+# Writes $OUT/pytest_matrix_<k>gpu_<modes>.{json,tgz} (OUT defaults to ./gpu-out), and per mode
+# its log and the names of its failures (pytest_<k>gpu_<modes>_<mode>{.log,_failures.txt}).
 # n0 runs a subset (N0_TESTS) under -n 0 to stay affordable; n0all runs the whole suite (~6 min).
 set -uo pipefail
 final="${OUT:-gpu-out}"
@@ -39,9 +40,12 @@ for m in $modes; do
     *) echo "error: unknown mode $m (n0, n0all, n2, nauto)" >&2; exit 2 ;;
   esac
   start=$(date +%s.%N)
-  timeout 580 python3 -m pytest "${args[@]}" --bcg-device=cuda -q -p no:cacheprovider -rs \
-    >"$out/pytest_$m.log" 2>&1
-  rc=$?
+  # -rfE: pytest's summary names every failure; the log is copied under $final as it is
+  # written, so a run cut short by the caller's limit still returns what it printed.
+  timeout 580 python3 -m pytest "${args[@]}" --bcg-device=cuda -q -p no:cacheprovider -rfEs \
+    2>&1 | tee "$out/pytest_$m.log" >"$final/pytest_${tag}_$m.log"
+  rc=${PIPESTATUS[0]}
+  grep -E '^(FAILED|ERROR) ' "$out/pytest_$m.log" >"$final/pytest_${tag}_${m}_failures.txt"
   end=$(date +%s.%N)
   echo "$m,$rc,$start,$end,$(tail -n 1 "$out/pytest_$m.log" | tr ',' ';')" | tee -a "$out/runs.csv"
 done

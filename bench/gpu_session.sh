@@ -35,6 +35,51 @@ save() {
   nproc
 } >"$out/versions.txt" 2>&1
 cat "$out/versions.txt"
+# The suite, or part of it (suite_part NAME LIMIT PATH...), as CI runs it but on the GPU.
+# -v puts each failing test's name in the log as it fails, so a run the step's limit kills
+# still names its failures; -rfE adds pytest's summary of them when it ends. The log goes
+# straight under $final (the tool returns what is there even when its own limit ends the
+# call), and NAME.summary.txt gets the last pytest line, the card, and every failed test.
+suite_part() {
+  local name=$1 limit=$2; shift 2
+  step "$name" "$limit" bash -o pipefail -c 'python3 -m pytest -n auto --bcg-device=cuda -p no:cacheprovider -v -rfE "$@" 2>&1 | tee "'"$final/$name.log"'"' _ "$@"
+  {
+    local card last
+    card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+    last=$(grep -E '^=+ .*(passed|failed|error).* in [0-9.]+s' "$final/$name.log" | tail -n 1)
+    echo "$name on $card: ${last:-no pytest summary, the step limit ended it}"
+    grep -E '^(FAILED|ERROR) |\] (FAILED|ERROR) ' "$final/$name.log" | sed -E 's/^\[gw[0-9]+\] \[ *[0-9]+%\] //' | sort -u
+  } >"$final/$name.summary.txt"
+  cat "$final/$name.summary.txt"
+}
+# Each planted stream-order bug checked RUNS times (seeds 1..RUNS), JOBS at once (a loaded
+# host, as under pytest -n auto): how many runs find it. A run's log is under $out/stream20.
+stream_runs() {
+  local runs=${STREAM_RUNS:-20} jobs=${STREAM_JOBS:-4} card start
+  card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+  start=$(date +%s)
+  mkdir -p "$out/stream20"
+  for bug in capture_ignores_the_default_stream unordered_side_stream replay_eager_on_capture_stream; do
+    planted "$bug"
+    local t0; t0=$(date +%s)
+    for seed in $(seq 1 "$runs"); do
+      while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 0.2; done
+      # No run starts after 420 s of the phase, so the call ends inside its 600 s; the
+      # summary's count of runs then says how many ran.
+      if [ $(($(date +%s) - start)) -gt 420 ]; then break; fi
+      ( timeout 120 env PYTHONPATH="$PYTHONPATH:/tmp/planted" python3 -m verification check stream-order \
+          --target "planted_$bug" --device cuda --examples 2 --seed "$seed" >"$out/stream20/${bug}_$seed.log" 2>&1
+        echo "rc=$?" >>"$out/stream20/${bug}_$seed.log" ) &
+    done
+    wait
+    local found lapsed ran
+    ran=$(ls "$out"/stream20/"${bug}"_*.log 2>/dev/null | wc -l)
+    found=$(grep -l '^FINDING stream-order: target-bug' "$out"/stream20/"${bug}"_*.log 2>/dev/null | wc -l)
+    lapsed=$(grep -l '^FINDING stream-order: harness-error' "$out"/stream20/"${bug}"_*.log 2>/dev/null | wc -l)
+    echo "stream20 $bug on $card: found in $found of $ran runs ($lapsed with a harness error), $jobs at once, $(($(date +%s) - t0)) s" | tee -a "$final/stream20.summary.txt"
+  done
+  save
+}
 # A planted copy of a property target, importable by module name for the CLI.
 planted() {
   mkdir -p /tmp/planted
@@ -42,6 +87,12 @@ planted() {
 }
 for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
   case $phase in
+    # The suite in one call (194 s on an H100, 230 s on an H200, -n auto on 16 cores), or in
+    # two (suiteA, suiteB) where one would not fit a call's 600 s.
+    suite) suite_part suite 540 ;;
+    suiteA) suite_part suiteA 540 tests/harness/properties tests/harness/bisect tests/harness/fuzz_op ;;
+    suiteB) suite_part suiteB 540 --ignore=tests/harness/properties --ignore=tests/harness/bisect --ignore=tests/harness/fuzz_op tests ;;
+    stream20) stream_runs ;;
     suite2) step matrix_2gpu_nauto 270 env OUT="$out" bash bench/gpu_pytest_matrix.sh nauto ;;
     suite1) step matrix_1gpu_nauto 200 env OUT="$out" CUDA_VISIBLE_DEVICES=0 bash bench/gpu_pytest_matrix.sh nauto ;;
     n2) step matrix_2gpu_n2 300 env OUT="$out" bash bench/gpu_pytest_matrix.sh n2 ;;

@@ -53,6 +53,13 @@ def _in_child(prop: str, variant: str, kind: str, tmp_path: Path) -> list[Findin
         timeout=900,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("FINDING ")]
+    # Exit 1 (a bug) or 3 (a harness error) with no FINDING line, or any status the command
+    # does not give, is a child that did not finish its check: never "nothing found".
+    if done.returncode not in (0, 1, 3) or (done.returncode != 0 and not lines):
+        raise AssertionError(
+            f"check {prop} on {variant} exited {done.returncode} with {len(lines)} FINDING "
+            f"lines\nstdout (end): {done.stdout[-2000:]}\nstderr (end): {done.stderr[-2000:]}"
+        )
     return [property_finding(prop, line.split(": ")[1], line, None) for line in lines]
 
 

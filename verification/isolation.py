@@ -13,15 +13,23 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from verification.breadcrumbs import ENV
 
 
-def run_child(argv: Sequence[str], capture_stderr: bool = False) -> subprocess.CompletedProcess:
+def run_child(
+    argv: Sequence[str], capture_stderr: bool = False, breadcrumbs: Path | None = None
+) -> subprocess.CompletedProcess:
     """Runs ``python -m verification <argv>`` to the end; stderr is captured when asked
-    (and then echoed, so that the user still sees it)."""
+    (and then echoed, so that the user still sees it); the child lays its breadcrumbs
+    (:mod:`verification.breadcrumbs`) in ``breadcrumbs`` when given."""
+    env = None if breadcrumbs is None else {**os.environ, ENV: str(breadcrumbs)}
     done = subprocess.run(
         [sys.executable, "-m", "verification", *argv],
         stderr=subprocess.PIPE if capture_stderr else None,
         text=True,
+        env=env,
     )
     if capture_stderr:
         sys.stderr.write(done.stderr or "")

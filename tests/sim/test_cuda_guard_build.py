@@ -51,14 +51,15 @@ def test_a_machine_without_ninja_is_told_to_install_it(tmp_path, monkeypatch):
         cuda_guard._build()
 
 
-def test_concurrent_first_builds_share_one_library(tmp_path):
-    # Two xdist workers starting the simulator at once on a fresh machine.
+def test_concurrent_first_builds_share_one_library_and_say_only_that_they_build(tmp_path):
+    # Two xdist workers starting the simulator at once on a fresh machine, with a CUDA
+    # toolkit installed (CUDA_HOME) but no GPU visible, as a simulator run on a GPU host.
     code = "from verification.sim import cuda_guard; cuda_guard.install(); print('ok')"
     processes = [
         subprocess.Popen(
             [sys.executable, "-c", code],
             cwd=ROOT,
-            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},
+            env={**os.environ, "XDG_CACHE_HOME": str(tmp_path), "CUDA_HOME": str(tmp_path)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -68,6 +69,64 @@ def test_concurrent_first_builds_share_one_library(tmp_path):
     outputs = [p.communicate(timeout=300) for p in processes]
     assert [p.returncode for p in processes] == [0, 0], outputs
     assert len(list(tmp_path.rglob("*.so"))) == 1
+    for _, err in outputs:
+        lines = err.splitlines()
+        assert len(lines) <= 1 and all(_BUILDING in line for line in lines), err
+    assert any(err for _, err in outputs)  # the one that built said so
+
+
+_BUILDING = "building the CUDA simulator's C++ extension"
+
+
+def test_torch_tooling_says_nothing_where_a_cuda_toolkit_is_installed_without_a_gpu(
+    tmp_path, monkeypatch, capfd
+):
+    # A CUDA build of torch with its GPU hidden (a simulator run on a GPU host) and a toolkit
+    # at CUDA_HOME logs "No CUDA runtime is found, using CUDA_HOME=..." when its extension
+    # tooling is imported: the tooling is imported afresh here as it would be there.
+    import torch.utils
+
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "_is_compiled", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    loaded = sys.modules.get("torch.utils.cpp_extension")
+    monkeypatch.delitem(sys.modules, "torch.utils.cpp_extension", raising=False)
+    if loaded is not None:  # put back afterwards, where other tests patch it
+        monkeypatch.setattr(torch.utils, "cpp_extension", loaded)
+    cuda_guard.missing_tools()
+    assert sys.modules["torch.utils.cpp_extension"].CUDA_HOME == str(tmp_path)  # it looked
+    assert capfd.readouterr().err == ""
+
+
+def test_a_build_says_in_one_line_that_it_builds_and_nothing_of_torch_tooling(
+    tmp_path, monkeypatch, capsys
+):
+    import logging
+    import warnings
+
+    import torch.utils.cpp_extension
+
+    def load(**kwargs):
+        logging.getLogger("torch.utils.cpp_extension").warning("compiler chatter")
+        warnings.warn("compiler ABI chatter", UserWarning, stacklevel=1)
+        built = Path(kwargs["build_directory"]) / "built.so"
+        built.write_text("")
+        return str(built)
+
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", load)
+    monkeypatch.setattr(cuda_guard, "build_directory", lambda: tmp_path / "guard")
+    monkeypatch.setattr(cuda_guard, "missing_tools", dict)
+    cuda_guard._build()
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and _BUILDING in err, err
+
+
+def test_a_built_library_is_loaded_without_a_word(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cuda_guard, "build_directory", lambda: tmp_path)
+    (tmp_path / f"{cuda_guard._NAME}.so").write_text("")
+    assert cuda_guard._build() == str(tmp_path / f"{cuda_guard._NAME}.so")
+    assert capsys.readouterr().err == ""
 
 
 def _guard_library() -> ctypes.CDLL:

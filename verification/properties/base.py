@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification import breadcrumbs
 from verification.causes import describe, raised_by_harness
 from verification.devices import DeviceKind
 from verification.findings import (
@@ -261,7 +262,9 @@ class Findings:
         """Runs one fixed scenario (no drawn example) and records its problem, if any."""
 
         def make() -> Finding | None:
-            found = problem(self.config)
+            fn = problem.func if isinstance(problem, functools.partial) else problem
+            with breadcrumbs.scenario(f"{self.prop} {fn.__name__}"):
+                found = problem(self.config)
             if found is None:
                 return None
             # The seed too: a fixed scenario's model and values come from it.
@@ -304,7 +307,8 @@ class Findings:
             if left is not None:
                 return None
             calls[0] += 1
-            finding = body(value)
+            with breadcrumbs.scenario(f"{self.prop} drawn example {already + calls[0]}"):
+                finding = body(value)
             if finding is not None:
                 shrinking[0] = True
             if finding is None or key(finding) not in known:

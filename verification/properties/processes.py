@@ -3,7 +3,9 @@ property: what ``check`` runs, and certify's ``properties`` check under it.
 
 Each check runs in a process of its own: a new interpreter on a GPU (:func:`run_in_child`), a
 fork of this one on the simulator (:func:`run_forked`), so that no check sees another's
-leftovers. A child killed by a signal becomes a ``target-bug`` finding naming the signal;
+leftovers. A child killed by a signal becomes a ``target-bug`` finding naming the signal, the
+scenario and target call each thread was in (:mod:`verification.breadcrumbs`) and the first
+line of the error it printed;
 results cross the process boundary as JSON (:func:`to_json`, :func:`from_json`). A check
 whose finding left the target unusable in its child goes on in a fresh child from where it
 stopped (:class:`~verification.properties.base.Resume`), so that no bug hides the ones after
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -23,6 +26,8 @@ from typing import Any
 
 import torch
 
+from verification import breadcrumbs
+from verification.breadcrumbs import first_error_line
 from verification.devices import DeviceKind, device_context
 from verification.findings import SKIPPED, TARGET_BUG
 from verification.isolation import cores, run_child, signal_name
@@ -40,6 +45,9 @@ from verification.properties.base import CheckResult as PropertyResult
 from verification.targets import Target
 
 DEFAULT_CYCLES = 100
+# A child's files for its parent, in a scratch folder of the parent's.
+TRAIL = "breadcrumbs.txt"
+STDERR = "stderr.txt"
 # The properties whose budget includes --cycles (capture, replay and reset repeated).
 CYCLING_PROPERTIES = ("repetition",)
 
@@ -112,11 +120,18 @@ def _forked_check(
     resume: Resume | None,
     seconds: float | None,
     conn: Any,
+    scratch: str,
 ) -> None:
     # The OpenMP pool of the parent (made by any parallel CPU op before the fork, fuzz's for
     # one) does not exist in a forked child: its next parallel op would wait for it forever
     # (a hang seen certifying SGLang). One thread never touches that pool.
     torch.set_num_threads(1)
+    # What a crash leaves for the parent: the breadcrumbs, and stderr (fd 2, where C++
+    # writes too) in a file the parent reads and echoes.
+    breadcrumbs.lay(Path(scratch) / TRAIL)
+    err = os.open(Path(scratch) / STDERR, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(err, 2)
+    os.close(err)
     results = run_properties(name, target, kind, examples, seed, cycles, resume, seconds=seconds)
     conn.send(json.dumps(to_json(results)))
     conn.close()
@@ -148,25 +163,33 @@ def run_forked(
         while pending and len(running) < jobs:
             number, name, resume = pending.pop(0)
             receive, send = context.Pipe(duplex=False)
+            scratch = tempfile.TemporaryDirectory()
             child = context.Process(
                 target=_forked_check,
-                args=(name, target, kind, examples, seed, cycles, resume, seconds, send),
-            )
+                args=(
+                    name, target, kind, examples, seed, cycles, resume, seconds, send,
+                    scratch.name,
+                ),
+            )  # fmt: skip
             sys.stdout.flush()  # or the child would print what this process buffered
             sys.stderr.flush()
             child.start()
             send.close()  # so that a child gone without a result reads as EOF here
-            running.append((number, name, receive, child))
-        number, name, receive, child = running.pop(0)
+            running.append((number, name, receive, child, scratch))
+        number, name, receive, child, scratch = running.pop(0)
         try:
             data: str | None = receive.recv()
         except EOFError:
             data = None
         child.join()
+        with scratch:
+            err = _read(Path(scratch.name) / STDERR)
+            sys.stderr.write(err)
+            trail = breadcrumbs.open_calls(Path(scratch.name) / TRAIL)
         if data is not None and child.exitcode == 0:
             part = from_json(json.loads(data))[0]
         else:
-            part = _crash_result(name, child.exitcode or 1, "")
+            part = _crash_result(name, child.exitcode or 1, err, trail)
         results[number] = merge(results[number], part) if number in results else part
         if part.resume is not None:
             pending.insert(0, (number, name, part.resume))
@@ -251,18 +274,31 @@ def _one_child(name: str, argv: Sequence[str], resume: Resume | None) -> Propert
         child[child.index(argv[1])] = name  # the one property, also when asked for all
         if resume is not None:
             child += ["--resume", json.dumps(resume.as_json())]
-        done = run_child(child, capture_stderr=True)
+        done = run_child(child, capture_stderr=True, breadcrumbs=Path(scratch) / TRAIL)
         status = done.returncode
         if status >= 0 and result_file.exists():
             return from_json(json.loads(result_file.read_text()))[0]
-    return _crash_result(name, status, done.stderr or "")
+        trail = breadcrumbs.open_calls(Path(scratch) / TRAIL)
+    return _crash_result(name, status, done.stderr or "", trail)
 
 
-def _crash_result(name: str, status: int, err: str) -> PropertyResult:
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _crash_result(name: str, status: int, err: str, trail: Sequence[str] = ()) -> PropertyResult:
+    """The finding of a child that died: how, in which scenario and target call (its open
+    breadcrumbs, one per thread), and the first line of what it said on stderr; a child that
+    left neither says that it did not."""
     what = (
         f"died by signal {signal_name(status)}" if status < 0 else f"exited {status} with no result"
     )
-    last = [line.strip() for line in err.splitlines() if line.strip()][-1:]
-    said = f"; its last line on stderr: {last[0][:300]}" if last else ""
-    message = f"crash: the check's process {what}{said}"
+    where = "; ".join(trail) if trail else "outside any target call the harness marks"
+    said = first_error_line(err)
+    message = f"crash: the check's process {what} in {where}; " + (
+        f"it said: {said[:300]}" if said else "it said nothing on stderr"
+    )
     return PropertyResult(name, 0, 0.0, [property_finding(name, TARGET_BUG, message)])

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from verification import breadcrumbs
 from verification.devices import DeviceKind
 from verification.execute import (
     BreakLog,
@@ -118,6 +119,23 @@ def capture_place(capture_stream: str, target: Target) -> CapturePlace:
     return CapturePlace(None, {}, contextlib.nullcontext())
 
 
+def _marked(decorated: Callable[..., Any], fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The target's decorated break of ``fn``, called under a breadcrumb naming ``fn`` (a
+    lambda by where it is defined)."""
+    inner = inspect.unwrap(fn)
+    name = getattr(inner, "__name__", "break")
+    code = getattr(inner, "__code__", None)
+    if name == "<lambda>" and code is not None:
+        name = f"the lambda at {code.co_filename}:{code.co_firstlineno}"
+    call = f"decorated break {name}"
+
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        with breadcrumbs.calling(call):
+            return decorated(*args, **kwargs)
+
+    return marked
+
+
 class ProgramRun:
     """``program`` captured once by ``target`` on static inputs, ready to replay."""
 
@@ -154,7 +172,7 @@ class ProgramRun:
         wrap = wrap or (lambda fn: fn)
         decorate = target.eager_break_during_capture
         self.callables = step_callables(
-            program, self.table, lambda fn: decorate(wrap(fn)), self.log
+            program, self.table, lambda fn: _marked(decorate(wrap(fn)), fn), self.log
         )
         # ``inputs``: the values, made by the caller beforehand (a thread check makes them
         # before its threads start: on the H200 a copy to the device in one thread while
@@ -195,14 +213,16 @@ class ProgramRun:
                 self.log.clear()  # the warm-up's calls
                 place.enter(runner)
                 with place.around:
-                    self.capture = target.BreakableCUDAGraphCapture(**kwargs)
+                    with breadcrumbs.calling("BreakableCUDAGraphCapture()"):
+                        self.capture = target.BreakableCUDAGraphCapture(**kwargs)
                     self._seed(seed)
                     before = torch.cuda.current_stream()
                     self.capture_caller = ambient_seen()
-                    with collector_paused(), self.capture:
-                        self.outputs = run_steps(
-                            program, self.table, self.callables, self.static_inputs, hook
-                        )
+                    with breadcrumbs.calling("the capture of the program"):
+                        with collector_paused(), self.capture:
+                            self.outputs = run_steps(
+                                program, self.table, self.callables, self.static_inputs, hook
+                            )
                     self.problem = stream_left(before, "the capture")
                 place.leave(runner)
         finally:
@@ -220,7 +240,8 @@ class ProgramRun:
         with torch.cuda.stream(stream):
             before = torch.cuda.current_stream()
             self.replay_caller = ambient_seen()
-            self.capture.replay()
+            with breadcrumbs.calling("replay()"):
+                self.capture.replay()
             problem = stream_left(before, "replay()")
         caller.wait_stream(stream)
         return problem

@@ -23,7 +23,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from verification import causes, execute, oracle, programs
+from verification import breadcrumbs, causes, execute, oracle, programs
 from verification.findings import Finding
 from verification.programs import Program, input_expr
 from verification.properties import pool, runner, script_program, stream_order
@@ -153,6 +153,17 @@ class _Bundle:
 # Every script's stand-in for the harness's frame finder: a script names no target frame.
 _DESCRIBE = (causes.describe, script_program.describe)
 _TARGET_FRAME = (causes.entry_frame, script_program.entry_frame)
+# A script lays no breadcrumbs: its crash is the user's to read where it happens.
+_BREADCRUMBS = (
+    breadcrumbs,
+    "class breadcrumbs:\n"
+    "    @staticmethod\n"
+    "    def calling(call):\n"
+    "        import contextlib\n"
+    "        return contextlib.nullcontext()\n"
+    "\n"
+    "    scenario = calling\n",
+)
 
 
 def render(finding: Finding, target: Target, kind: str, command: str) -> str:
@@ -161,7 +172,7 @@ def render(finding: Finding, target: Target, kind: str, command: str) -> str:
     scenario = dict(finding.scenario)
     module_name, _, qualname = str(scenario["fixed"]).partition(":")
     module = importlib.import_module(module_name)
-    bundle = _Bundle([_DESCRIBE, _TARGET_FRAME])
+    bundle = _Bundle([_DESCRIBE, _TARGET_FRAME, _BREADCRUMBS])
     bundle.add(qualname, getattr(module, qualname), module)
     args = ", ".join(repr(a) for a in scenario.get("args", ())) + (
         ", " if scenario.get("args") else ""
@@ -175,6 +186,7 @@ def _stand_ins(finding: Finding, kind: str) -> list[tuple[Any, Any]]:
     stand_ins: list[tuple[Any, Any]] = [
         _DESCRIBE,
         _TARGET_FRAME,
+        _BREADCRUMBS,
         (programs.make_inputs, script_program.make_inputs),
         (programs.op_table, script_program.op_table),
         (execute.step_callables, script_program.step_callables),

@@ -3,9 +3,12 @@
 An implementation that runs eager steps on a stream the caller's stream never waits for, or
 drops a join, must fail every time, not once in a thousand runs. On the simulator every
 replay runs under its happens-before race detector, which names both unordered accesses. On
-a GPU a race amplifier makes the race decide the values: a ``torch.cuda._sleep`` is captured
-in front of each break (its input lands late) and the witness break sleeps between reading
-its input and writing its output (its output lands late), on large tensors. Each drawn
+a GPU the fixed scenarios hold the writer back on the device (:class:`WriterHold`: sleep
+kernels in front of the write, with events the reader asks) and judge a trial only when its
+reader was issued while the hold still had half of it to run: a reader not ordered after the
+write then reads the old value, whatever the host's speed; a trial the host was too slow for is
+run again with a longer hold. The witness break also sleeps between reading its input and
+writing its output (its output lands late), on large tensors. Each drawn
 program is captured as a drawn capture set (:mod:`.capture_set`): on the runner's stream, a
 stream it is given or from the default stream, replayed on the default stream, the runner's or
 another, so a chain replayed on a stream other than its capture's must stay ordered on the one
@@ -25,6 +28,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification import breadcrumbs
 from verification.causes import describe
 from verification.devices import DeviceKind
 from verification.execute import collector_paused
@@ -53,6 +57,67 @@ NAME = "stream-order"
 SLEEP_CYCLES = 20_000_000
 WITNESS_ELEMENTS = 1 << 22
 REPLAYS = 3
+# Trials of a held scenario whose hold ran out before the reader came (a loaded host), each
+# hold four times the last: 10 ms, then 40, 160 and 640 ms a half on an H200.
+HOLD_TRIES = 4
+
+
+class HoldLapsed(Exception):
+    """Every trial's reader came after its hold was half over: the device held the write
+    back for less time than the host took to issue the read, so the trials say nothing."""
+
+
+class WriterHold:
+    """Holds back the work issued next on the current stream, on the device: two sleep
+    kernels in front of it, an event after each. The reader calls :meth:`reading` right before
+    it reads. A trial is judged only when the first sleep was still running then: at least one
+    whole sleep (5 ms and more) lay between the reader's launch and the write, so a reader not
+    ordered after the write, its stream idle, ran first and read the old value; no host timing
+    decides the verdict. On the simulator nothing is held (its race detector sees any missing
+    order) and every trial is judged."""
+
+    def __init__(self, kind: DeviceKind, cycles: int = SLEEP_CYCLES) -> None:
+        self.kind = kind
+        self.cycles = cycles
+        self._half: Any = None
+        self.lapsed = False
+
+    def start(self) -> None:
+        """Puts the hold in front of whatever the current stream runs next."""
+        self.lapsed = False
+        if self.kind != "cuda":
+            return
+        torch.cuda._sleep(self.cycles)
+        self._half = torch.cuda.Event()
+        self._half.record()
+        torch.cuda._sleep(self.cycles)
+
+    def reading(self) -> None:
+        """Notes whether the hold is half over as the reader is about to read. Not asked
+        while the reader's stream captures, where CUDA forbids an event query."""
+        if self._half is None or torch.cuda.is_current_stream_capturing():
+            return
+        if self._half.query():
+            self.lapsed = True
+
+
+def held_trials(kind: DeviceKind, trial: Any) -> str | None:
+    """``trial(hold)``'s problem from its first judged run: one whose reader came while
+    ``hold`` still held the writer back, or one that found a problem (a stale read is stale
+    whenever the reader came); a run that saw nothing and was not judged is tried again with
+    a hold four times as long. Raises :class:`HoldLapsed` when no run could be judged."""
+    cycles = SLEEP_CYCLES
+    for _ in range(HOLD_TRIES):
+        hold = WriterHold(kind, cycles)
+        problem = trial(hold)
+        if problem is not None or not hold.lapsed:
+            return problem
+        cycles *= 4
+    raise HoldLapsed(
+        f"in {HOLD_TRIES} trials, holds up to {cycles // 4} cycles a half, the host issued "
+        "the read only after the writer's hold was half over: the device is too fast or the "
+        "host too slow for this check (or something synchronized the host with the writer)"
+    )
 
 
 class RaceDetectorMissing(Exception):
@@ -98,12 +163,15 @@ def _elements(kind: str) -> int:
     return WITNESS_ELEMENTS if kind == "cuda" else 256
 
 
-def _late_writer(config: CheckConfig) -> Any:
-    """The witness's break: reads what a graph made and writes late what the next one reads."""
+def _late_writer(config: CheckConfig, judged: list[WriterHold] | None = None) -> Any:
+    """The witness's break: reads what a graph made and writes late what the next one reads;
+    ``judged``, while it holds a hold, hears from the break when it reads."""
     kind = config.kind
 
     @config.target.eager_break_during_capture
     def late_writer(h: torch.Tensor, out: torch.Tensor) -> None:
+        if judged:
+            judged[-1].reading()
         fresh = h + 1  # reads the graph's output: stale unless ordered after it
         _sleep(kind, 2 * SLEEP_CYCLES)
         out.copy_(fresh)  # lands late: the next graph reads stale data unless joined
@@ -114,7 +182,8 @@ def _late_writer(config: CheckConfig) -> Any:
 def _witness(config: CheckConfig, side: torch.cuda.Stream) -> str | None:
     target, kind, device = config.target, config.kind, config.device
     elements = _elements(kind)
-    late_writer = _late_writer(config)
+    judged: list[WriterHold] = []
+    late_writer = _late_writer(config, judged)
     x = torch.zeros(elements, device=device)
     out = torch.zeros(elements, device=device)
     side.wait_stream(torch.cuda.current_stream())
@@ -122,10 +191,11 @@ def _witness(config: CheckConfig, side: torch.cuda.Stream) -> str | None:
         h = x * 2
         late_writer(h, out)
         capture = target.BreakableCUDAGraphCapture()
-        with collector_paused(), capture:
+        with breadcrumbs.calling("the witness's capture"), collector_paused(), capture:
             _sleep(kind)
             h = x * 2
-            late_writer(h, out)
+            with breadcrumbs.calling("decorated break late_writer()"):
+                late_writer(h, out)
             y = out * 3
         left = stream_left(side, "the capture")
     torch.cuda.current_stream().wait_stream(side)
@@ -133,15 +203,30 @@ def _witness(config: CheckConfig, side: torch.cuda.Stream) -> str | None:
     if left is not None:
         return left
     for replay, value in enumerate((1.0, -2.0, 3.0)[:REPLAYS]):
-        x.fill_(value)
-        before = torch.cuda.current_stream()
-        capture.replay()
-        left = stream_left(before, "replay()")
-        if left is not None:
-            return left
-        torch.cuda.synchronize()
-        if not torch.equal(y, torch.full_like(y, (2 * value + 1) * 3)):
-            return f"replay {replay} of a graph-break-graph chain read stale data: the eager step is not ordered with the graphs"
+
+        def trial(hold: WriterHold, replay: int = replay, value: float = value) -> str | None:
+            # The replay's graphs wait behind the hold: the break reads their output while
+            # they are still held back unless it is ordered after them.
+            x.fill_(value)
+            before = torch.cuda.current_stream()
+            judged[:] = [hold]
+            try:
+                hold.start()
+                with breadcrumbs.calling("replay()"):
+                    capture.replay()
+            finally:
+                judged.clear()
+            left = stream_left(before, "replay()")
+            if left is not None:
+                return left
+            torch.cuda.synchronize()
+            if not torch.equal(y, torch.full_like(y, (2 * value + 1) * 3)):
+                return f"replay {replay} of a graph-break-graph chain read stale data: the eager step is not ordered with the graphs"
+            return None
+
+        problem = held_trials(kind, trial)
+        if problem is not None:
+            return problem
     return None
 
 
@@ -181,7 +266,7 @@ def _judged(config: CheckConfig, problem_of: Any, *args: Any) -> str | None:
     with race_detection(config.kind) as race_error:
         try:
             return problem_of(*args, config)
-        except RaceDetectorMissing:
+        except (RaceDetectorMissing, HoldLapsed):
             raise
         except Exception as error:
             # A race the target's own cleanup then masked (an assert in its __exit__) is
@@ -206,33 +291,41 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 
 def capture_time_read_problem(config: CheckConfig) -> str | None:
     """A break at capture reads what its caller wrote on the default stream just before the
-    capture (the write made late by a sleep before it) and keeps it, as an engine's break
-    writes its KV cache at capture: its capture-time run must see that write, so the capture's
-    stream must wait for the default one. Replays alone cannot show this on a GPU."""
+    capture (the write held back on the device, :class:`WriterHold`) and keeps it, as an
+    engine's break writes its KV cache at capture: its capture-time run must see that write,
+    so the capture's stream must wait for the default one. Replays alone cannot show this on
+    a GPU. Nothing between the write and the read allocates (a ``cudaMalloc`` may wait for the
+    device, which would let the write land first)."""
     elements = _elements(config.kind)
 
-    @config.target.eager_break_during_capture
-    def keep(x: torch.Tensor, kept: torch.Tensor) -> None:
-        kept.copy_(x)
+    def trial(hold: WriterHold) -> str | None:
+        @config.target.eager_break_during_capture
+        def keep(x: torch.Tensor, kept: torch.Tensor) -> None:
+            hold.reading()
+            kept.copy_(x)
 
-    with torch.cuda.stream(torch.cuda.default_stream()):
-        x = torch.zeros(elements, device=config.device)
-        kept = torch.zeros(elements, device=config.device)
+        with torch.cuda.stream(torch.cuda.default_stream()):
+            x = torch.zeros(elements, device=config.device)
+            kept = torch.zeros(elements, device=config.device)
+            scratch = torch.zeros(elements, device=config.device)
+            torch.cuda.synchronize()
+            hold.start()
+            x.fill_(5.0)
+            capture = config.target.BreakableCUDAGraphCapture()
+            with collector_paused(), capture:
+                # A graph before the break, as breaks sit between graphs.
+                torch.mul(x, 2, out=scratch)
+                keep(x, kept)  # at capture the break runs for real, on the caller's input
+                torch.mul(kept, 2, out=scratch)
         torch.cuda.synchronize()
-        _sleep(config.kind)
-        x.fill_(5.0)
-        capture = config.target.BreakableCUDAGraphCapture()
-        with collector_paused(), capture:
-            _ = x * 2  # a graph before the break, as breaks sit between graphs
-            keep(x, kept)  # at capture the break runs for real, on the caller's input
-            _ = kept * 2
-    torch.cuda.synchronize()
-    if not torch.equal(kept, torch.full_like(kept, 5.0)):
-        return (
-            "a break at capture read its input before the caller's write on the default "
-            "stream landed: the capture's stream does not wait for its caller's"
-        )
-    return None
+        if not torch.equal(kept, torch.full_like(kept, 5.0)):
+            return (
+                "a break at capture read its input before the caller's write on the default "
+                "stream landed: the capture's stream does not wait for its caller's"
+            )
+        return None
+
+    return held_trials(config.kind, trial)
 
 
 def runner_from_default_stream_problem(config: CheckConfig) -> str | None:
@@ -321,12 +414,19 @@ def check(config: CheckConfig) -> CheckResult:
             problem = _judged(config, witness_problem)
         except RaceDetectorMissing as missing:
             return 0, [property_finding(NAME, "harness-error", str(missing))]
+        except HoldLapsed as lapsed:
+            return 1, [property_finding(NAME, "harness-error", f"witness: {lapsed}")]
         found.examples += 1
         if problem is not None:
             found.add(property_finding(NAME, "target-bug", f"witness: {problem}"))
         if found.going:
             found.examples += 1
-            found.add(_finding(_default_witness(config)))
+            try:
+                found.add(_finding(_default_witness(config)))
+            except HoldLapsed as lapsed:
+                found.add(
+                    property_finding(NAME, "harness-error", f"from the default stream: {lapsed}")
+                )
 
         def body(drawn: tuple[Program, CaptureSet]) -> Finding | None:
             program, capture_set = drawn

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification import breadcrumbs
 from verification.causes import describe
 from verification.devices import DeviceKind
 from verification.execute import collector_paused
@@ -209,7 +210,8 @@ def _others_during_capture(
             x = torch.full((256,), float(k + 1), device=device)
             out = torch.empty_like(x)
             try:
-                work(x, out)
+                with breadcrumbs.calling("decorated work() called eagerly on its own stream"):
+                    work(x, out)
             except Exception as error:
                 # The allocations above are what global mode may refuse; the call itself
                 # only launches kernels on this thread's stream, which no mode forbids.
@@ -375,11 +377,12 @@ def foreign_add_eager_problem(config: CheckConfig) -> str | None:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             holder["capture"] = target.BreakableCUDAGraphCapture()
-            with collector_paused(), holder["capture"]:
-                holder["y"] = x * 2
-                inside.set()
-                done.wait(WAIT_S)
-                holder["y"].add_(1)
+            with breadcrumbs.calling("a capture another thread calls add_eager on"):
+                with collector_paused(), holder["capture"]:
+                    holder["y"] = x * 2
+                    inside.set()
+                    done.wait(WAIT_S)
+                    holder["y"].add_(1)
         torch.cuda.current_stream().wait_stream(side)
 
     def foreign() -> None:
@@ -388,7 +391,8 @@ def foreign_add_eager_problem(config: CheckConfig) -> str | None:
         # A target that shows B thread A's capture records B's work there, whatever B calls.
         holder["seen"] = target.BreakableCUDAGraphCapture.current()
         try:
-            holder["capture"].add_eager(lambda: ran.append("B"))
+            with breadcrumbs.calling("add_eager on thread A's open capture"):
+                holder["capture"].add_eager(lambda: ran.append("B"))
         except Exception:  # refused: what the check prefers
             pass
         finally:
@@ -407,7 +411,8 @@ def foreign_add_eager_problem(config: CheckConfig) -> str | None:
     at_capture = len(ran)
     try:
         x.fill_(3.0)
-        holder["capture"].replay()
+        with breadcrumbs.calling("replay()"):
+            holder["capture"].replay()
         torch.cuda.synchronize()
     except Exception as error:  # what B's call left behind is the target's doing
         return f"after thread B called add_eager on thread A's capture, A's replay raised {describe(error)}"

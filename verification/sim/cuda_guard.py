@@ -7,9 +7,11 @@ is open (the autograd engine needs one for CUDA gradients).
 
 The library is built by ``torch.utils.cpp_extension`` (torch's own compiler flags and ABI,
 a lock for concurrent builders such as xdist workers) into a per-user cache the first time
-the simulator starts, then loaded in every process. Without a C++ compiler or ninja,
-:func:`install` raises :class:`SimulatorBuildError`, a one-line usage error naming what to
-install.
+the simulator starts, then loaded in every process. The build says so in one line on
+stderr and prints nothing else: torch's tooling logs (its "No CUDA runtime is found" on a
+machine with a CUDA toolkit but no visible GPU, as a simulator run on a GPU host is) are
+not the user's. Without a C++ compiler or ninja, :func:`install` raises
+:class:`SimulatorBuildError`, a one-line usage error naming what to install.
 
 Making CUDA the accelerator overwrites the vtable pointer of the hooks object CPU torch
 made at start-up (see ``cuda_guard.cpp`` for why no registration can do it). That relies on
@@ -20,10 +22,15 @@ other case raises :class:`HooksLayoutError` instead of running on a half-swapped
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
+import logging
 import os
 import shutil
+import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -69,10 +76,27 @@ def _ninja_on_path() -> None:
         os.environ["PATH"] = folder + os.pathsep + path
 
 
+@contextlib.contextmanager
+def _torch_tooling_quiet() -> Iterator[None]:
+    """torch's extension tooling without its log and warnings: it logs where CUDA_HOME
+    points when it is imported on a machine whose CUDA it cannot use, and warns about
+    compilers; what goes wrong in the build still raises."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def missing_tools() -> dict[str, str]:
     """What the build needs and this machine lacks (the C++ compiler torch would use,
     ``$CXX`` or else ``c++``, and ninja), each with how to install it."""
-    from torch.utils.cpp_extension import is_ninja_available
+    with _torch_tooling_quiet():
+        from torch.utils.cpp_extension import is_ninja_available
 
     _ninja_on_path()
     missing = {}
@@ -104,14 +128,20 @@ def _build() -> str:
     from torch.utils.cpp_extension import load
 
     directory.mkdir(parents=True, exist_ok=True)
+    print(
+        f"building the CUDA simulator's C++ extension in {directory} (once per torch version)",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
-        return load(
-            name=_NAME,
-            sources=[str(_SOURCE)],
-            extra_cflags=["-O1"],
-            build_directory=str(directory),
-            is_python_module=False,
-        )
+        with _torch_tooling_quiet():
+            return load(
+                name=_NAME,
+                sources=[str(_SOURCE)],
+                extra_cflags=["-O1"],
+                build_directory=str(directory),
+                is_python_module=False,
+            )
     except (OSError, RuntimeError) as error:
         detail = " ".join(str(error).split())[:300]
         raise SimulatorBuildError(
