@@ -26,6 +26,7 @@ from verification.ops.host import HOST_SOURCE, host_argument
 from verification.ops.spec import Decorate, OpSpec
 from verification.programs import Program, produces_value
 from verification.sim import POISON_INT16
+from verification.sim import is_active as simulated
 from verification.targets import Target
 
 BreakEntry = tuple[int, tuple[int, ...]]
@@ -413,7 +414,7 @@ class CapturedProgram:
             # The simulator hands a capture poisoned memory itself; a GPU's pool holds
             # whatever its memory last held, often harmless values, so it is poisoned here.
             self._poisoner = None
-            if device == "cuda":
+            if not simulated():  # callers name the simulator "cuda" too: ask it
                 pool = torch.cuda.graph_pool_handle() if pool is None else pool
                 self._poisoner = poison_pool(pool)
             # A pool given is shared with other captures of the program (a capture set).
