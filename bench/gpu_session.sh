@@ -136,6 +136,14 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       mkdir -p /tmp/planted
       printf 'from verification.planted.targets import build\nglobals().update({k: v for k, v in vars(build(None)).items() if k != "__name__"})\n' >/tmp/planted/planted_clean.py
       step fuzz1000_clean 200 env PYTHONPATH="$PYTHONPATH:/tmp/planted" python3 -m verification fuzz --device cuda --examples 1000 -q --target planted_clean --contract out-buffer ;;
+    fuzzop3)
+      # The planted engine ops of tests/engine_faults.py on the GPU, whose capture pool is
+      # poisoned before each capture: each faulty op found under its name (the slot mapping at
+      # capture, from a count the segment before computes), each correct op clean.
+      for op in ROTARY_RESHAPE SLOTS_BY_CAPTURED_COUNT BITMASK_ALIAS_VARIES BEAM_OFFSETS_ONCE KV_WRITE_DECLARED_WHOLE ROTARY_CORRECT SLOTS_CORRECT BITMASK_CORRECT BEAM_CORRECT KV_WRITE_CORRECT; do
+        step "fuzzop3_$op" 60 python3 -m verification fuzz-op "tests.engine_faults:$op" --device cuda --examples 100 --seed 1
+      done
+      step fuzzop3_tests 120 python3 -m pytest -q -p no:cacheprovider -n 4 --bcg-device=cuda -rfE tests/harness/fuzz_op/test_engine_faults.py ;;
     fp8) step fuzzop_fp8_1000 150 python3 -m verification fuzz-op tests.faulty_ops:FLOAT8_QUANT --device cuda --examples 1000 --seed 1 ;;
     upstream)
       # The module files a target loads travel in .upstream/ (vLLM's wheel is too big to carry).

@@ -33,7 +33,7 @@ from verification.findings import OP_BUG, OP_CONTRACT, Finding
 from verification.fuzz import CampaignConfig, CampaignResult, report_findings
 from verification.ops.spec import TensorMeta
 from verification.oracle import compare, program_tolerance
-from verification.programs import Program, make_inputs, op_table
+from verification.programs import Program, make_inputs, op_table, produces_value
 from verification.targets import DEFAULT_TARGET, Target, load_target
 from verification.userops.contract import Case, broken, case_of, diagnose, recheck
 from verification.userops.programs import (
@@ -173,6 +173,32 @@ def _ideal_replay_mismatch(
     return None
 
 
+def _raised_in(error: BaseException, files: set[Path]) -> bool:
+    """Whether ``error``'s innermost frame (torch and the simulator aside) is in ``files``."""
+    # The simulator raises on behalf of the code that called it: look past it too.
+    skipped = (Path(torch.__file__).parent, Path(__file__).resolve().parents[1] / "sim")
+    frames = [
+        Path(f.filename).resolve()
+        for f in traceback.extract_tb(error.__traceback__)
+        if not any(Path(f.filename).resolve().is_relative_to(d) for d in skipped)
+    ]
+    return bool(frames) and frames[-1] in files
+
+
+def _first(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"
+
+
+def _watched(table: dict, users: Sequence[UserOp]) -> dict:
+    """``table`` with each user op's result watched for aliasing an argument at each call."""
+    watched = dict(table)
+    for user in users:
+        for op in (user.direct, user.nested):
+            watched[op.name] = dataclasses.replace(op, alias_varies=True)
+    return watched
+
+
 def _raised_in_op(
     program: Program,
     table: dict,
@@ -182,10 +208,13 @@ def _raised_in_op(
     device: str,
     kind: DeviceKind,
     files: set[Path],
+    names: set[str],
 ) -> str | None:
-    """Captures and replays ``program`` again; an exception whose innermost frame (torch
-    and the simulator aside) is in a user op's module is the op's."""
+    """Captures and replays ``program`` again; a refusal by the target of a user op's result
+    that aliased an argument at one call and not at another is the op's, and so is an
+    exception whose innermost frame (torch and the simulator aside) is in a user op's module."""
     where = "at capture"
+    captured = None
     try:
         captured = CapturedProgram(
             program, table, target, make_inputs(program, seed, device), seed, kind
@@ -194,24 +223,49 @@ def _raised_in_op(
             where = f"at replay {replay}"
             captured.replay(make_inputs(program, seed + 1 + replay, device), seed + 1 + replay)
     except Exception as error:
-        # The simulator raises on behalf of the code that called it: look past it too.
-        skipped = (Path(torch.__file__).parent, Path(__file__).resolve().parents[1] / "sim")
-        frames = [
-            Path(f.filename).resolve()
-            for f in traceback.extract_tb(error.__traceback__)
-            if not any(Path(f.filename).resolve().is_relative_to(d) for d in skipped)
-        ]
-        if frames and frames[-1] in files:
-            text = str(error).strip().splitlines()
-            raised = f"{type(error).__name__}: {text[0] if text else ''}"
+        switched = sorted(
+            step
+            for step in (captured.alias_switched if captured is not None else ())
+            if program.steps[step].op in names
+        )
+        if captured is not None and switched:
+            at_capture = bool(captured.capture_aliased.get(switched[0]))
+            what = {True: "an argument itself", False: "a new tensor"}
+            return (
+                f"its result is {what[at_capture]} at capture and {what[not at_capture]} "
+                f"{where} (step {switched[0]}), and the capture library refuses that: the "
+                f"graphs after the break read the result through its capture-time memory, "
+                f"which a result switching between an argument and a new tensor cannot keep. "
+                f"The library says: {_first(error)}. Return the argument every time, or a new "
+                f"tensor every time (x.clone() when there is nothing to do)"
+            )
+        if _raised_in(error, files):
             if where == "at capture":
                 return (
-                    f"the op raised {raised} at capture, where it runs on buffers no kernel "
-                    f"has filled yet (capture-time garbage): treat values it reads there as "
-                    f"untrusted (clamp indices, skip what is out of range) and never raise"
+                    f"the op raised {_first(error)} at capture, where it runs on buffers no "
+                    f"kernel has filled yet (capture-time garbage): its inputs computed by the "
+                    f"graph segment before the break hold other values at capture than at "
+                    f"replay. Treat values it reads there as untrusted (clamp indices and "
+                    f"sizes, skip what is out of range) and never raise, allocate or loop by "
+                    f"them unchecked"
                 )
-            return f"the op raised {raised} {where}"
+            return f"the op raised {_first(error)} {where}"
     return None
+
+
+def _call_shapes(program: Program, table: dict, names: set[str]) -> str:
+    """The user op's calls in ``program``, in order, with their arguments' shapes."""
+    metas = list(program.inputs)
+    calls = []
+    for index, step in enumerate(program.steps):
+        spec = table[step.op]
+        args = [metas[a] for a in step.args]
+        if step.op in names:
+            shapes = ", ".join(str(tuple(m.shape)) for m in args)
+            calls.append(f"step {index} on shapes {shapes}")
+        if produces_value(spec):
+            metas.append(spec.infer(args, step.kwargs))
+    return "; ".join(calls)
 
 
 def op_fault(
@@ -232,6 +286,19 @@ def op_fault(
     table = op_table(op_catalog(users))
     files = {Path(u.loaded.path).resolve() for u in users if u.loaded.path is not None}
     with device_context(kind) as device:
+        if finding.violation == "exception":
+            try:
+                _ideal_replay_mismatch(program, table, finding.seed, replays, device, kind)
+            except Exception as error:
+                if _raised_in(error, files):
+                    return (
+                        "the op keeps state across calls: run again eagerly with the same op "
+                        "(warm-up, capture, replays, as a perfect capture calls it) the program "
+                        f"raises {_first(error)} in the op's code, where a first run passes. "
+                        f"Its calls, in order: {_call_shapes(program, table, names)}. State "
+                        "built at one call's sizes (offsets, a workspace, a shape) and sliced "
+                        "at another's breaks: rebuild it when the sizes change, or pass it in"
+                    )
         if finding.violation == "mismatch":
             seen = _ideal_replay_mismatch(program, table, finding.seed, replays, device, kind)
             if seen is not None:
@@ -242,7 +309,10 @@ def op_fault(
                     "call, the capture; read inputs afresh on every call"
                 )
         if finding.violation == "exception":
-            return _raised_in_op(program, table, target, finding.seed, replays, device, kind, files)
+            watched = _watched(table, users)
+            return _raised_in_op(
+                program, watched, target, finding.seed, replays, device, kind, files, names
+            )
     return None
 
 
@@ -308,10 +378,17 @@ def recheck_violation(
 
 def _case_source(case: Case) -> str:
     metas = ", ".join(f"TensorMeta({tuple(m.shape)!r}, {m.dtype})" for m in case.metas)
-    return (
-        f"Case(\n    binding={case.binding!r},\n    metas=({metas},),\n"
-        f"    params={case.params!r},\n    seed={case.seed},\n)"
-    )
+    fields = [
+        f"binding={case.binding!r}",
+        f"metas=({metas},)",
+        f"params={case.params!r}",
+        f"seed={case.seed}",
+    ]
+    if case.layouts:
+        fields.append(f"layouts={case.layouts!r}")
+    if case.after:
+        fields.append(f"after=({', '.join(_case_source(c) for c in case.after)},)")
+    return "Case(\n    " + ",\n    ".join(fields) + ",\n)"
 
 
 def render_contract_reproducer(

@@ -2,8 +2,9 @@
 
 :func:`diagnose` runs the op on its own, and beside an open capture, on inputs drawn from
 the spec, and returns one :class:`~verification.findings.Finding` per part of the contract it broke, in plain
-words: declared writes (and masked writes), index bounds, duplicate indices, dependence on
-earlier calls (a frozen host value or a stashed tensor), state one batch size leaves for
+words: declared writes (and masked writes), index bounds, duplicate indices, strided
+arguments (each drawn in a layout an engine passes, against contiguous copies), dependence
+on earlier calls (a frozen host value, a stashed tensor, a crash a fresh import does not show), state one batch size leaves for
 another when an engine's capture set calls the op at several sizes, unjoined side streams,
 and calls that break a concurrent ``global``-mode capture. Every check is one entry of :data:`CHECKS`.
 """
@@ -44,12 +45,38 @@ CONTRACT = "contract"
 
 @dataclass(frozen=True)
 class Case:
-    """Concrete sizes, argument metas and params for one call of the op."""
+    """Concrete sizes, argument metas and params for one call of the op.
+
+    ``layouts`` holds each argument's memory layout, one of :data:`LAYOUTS` (none given:
+    all contiguous); ``after`` the calls the same imported op made before this one, when
+    the finding is about what those calls left behind."""
 
     binding: dict[str, int]
     metas: tuple[TensorMeta, ...]
     params: dict[str, Any]
     seed: int
+    layouts: tuple[str, ...] = ()
+    after: tuple[Case, ...] = ()
+
+
+# How a tensor argument may sit in memory. "column slice": each row the middle third of a
+# buffer's row three times as long, as q, k or v are sliced out of a fused qkv projection (a
+# 1-dim argument: every other element); "offset": contiguous, at a storage offset into a
+# larger buffer; "transposed": the last two dims swapped in memory (two dims or more).
+CONTIGUOUS = "contiguous"
+LAYOUTS = ("column slice", "transposed", "offset", CONTIGUOUS)
+_LAYOUT_WORDS = {
+    "column slice": "a column slice of a wider buffer (as q/k/v sliced from a fused qkv)",
+    "transposed": "a transposed view",
+    "offset": "contiguous at a storage offset into a larger buffer",
+}
+
+
+def layouts_for(arg: TensorArg, ndim: int) -> tuple[str, ...]:
+    """The layouts an argument of ``ndim`` dims may come in (only contiguous if declared so)."""
+    if arg.contiguous:
+        return (CONTIGUOUS,)
+    return tuple(lay for lay in LAYOUTS if lay != "transposed" or ndim >= 2)
 
 
 def broken(
@@ -88,7 +115,12 @@ def cases(draw: st.DrawFn, spec: BreakOpSpec) -> Case:
     binding = {d: draw(st.integers(lo, hi)) for d, (lo, hi) in spec.dims.items()}
     metas = tuple(draw_metas(draw, spec, binding))
     params = draw(st.fixed_dictionaries(dict(spec.params)))
-    return Case(binding, metas, params, draw(st.integers(0, 2**16)))
+    seed = draw(st.integers(0, 2**16))
+    layouts = tuple(
+        draw(st.sampled_from(layouts_for(arg, len(meta.shape))))
+        for arg, meta in zip(spec.args.values(), metas)
+    )
+    return Case(binding, metas, params, seed, layouts)
 
 
 def materialize(spec: BreakOpSpec, case: Case, seed: int, device: str) -> dict[str, torch.Tensor]:
@@ -229,7 +261,7 @@ def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Findin
             f"declare in partial= which elements a call may leave unwritten.",
             tentative=True,
         )
-    return _return_problem(spec, args, result)
+    return _return_problem(spec, args, result, case)
 
 
 def _beyond(a: torch.Tensor, b: torch.Tensor, spec: BreakOpSpec) -> torch.Tensor:
@@ -263,11 +295,30 @@ def _reads_previous(
                 f"but the same call on the same inputs leaves different values in it when it "
                 f"held {low} before than when it held {high} ({int(differ.sum())} element(s), "
                 f"first at index {_first_index(differ)}; {_describe(case)}). A replay hands the "
-                f"op whatever the buffer last held (a sticky flag set and never cleared). "
-                f"Overwrite every element on every call, or declare it in inout= if the op "
-                f"updates it on purpose.",
+                f"op whatever the buffer last held. {_partial_advice(name, differ, written)}",
             )
     return None
+
+
+def _partial_advice(name: str, differ: torch.Tensor, written: list[dict[str, torch.Tensor]]) -> str:
+    """What to declare for an output whose old contents survive a call: where they survive
+    only in elements the call did not write, the op may write part of it by design."""
+    wrote = written[0][name] | written[1][name]
+    if bool((differ & wrote).any()):
+        # Values it wrote depend on what the buffer held: it reads them.
+        return (
+            f"Declare {name!r} in inout= if the op updates it on purpose (read-modify-write), "
+            f"or overwrite every element on every call."
+        )
+    return (
+        f"The elements it wrote are the same both times: it keeps the old contents where it "
+        f"does not write. If the op writes only part of {name!r} by design (the slots or rows "
+        f"it is given), declare partial={{{name!r}: mask}}, a function of the call's arguments "
+        f"returning True where a call may write (examples/paged_kv_cache.py masks its caches "
+        f"by slot); and where the op or the code after it reads the old contents (a cache, a "
+        f"flag set and never cleared), declare {name!r} in inout= instead of writes=, with "
+        f"partial= as well. Otherwise overwrite every element on every call."
+    )
 
 
 def _index_args(spec: BreakOpSpec, case: Case) -> list[tuple[str, TensorArg, torch.dtype]]:
@@ -310,8 +361,11 @@ def check_index_bounds(loaded: LoadedSpec, case: Case, device: str) -> Finding |
         low = int(resolve_bound(arg.low, case.binding))  # type: ignore[arg-type]
         high = int(resolve_bound(arg.high, case.binding))  # type: ignore[arg-type]
         for label, bound, value, step in (("high", arg.high, high, -1), ("low", arg.low, low, 1)):
-            error = _call_with(spec, case, device, name, _counting(shape, value, step, low, high))
+            held = _counting(shape, value, step, low, high)
+            error = _call_with(spec, case, device, name, held)
             if error is not None:
+                if _passes_fresh(loaded, case, device, name, held):
+                    return _state_finding(loaded, case, error)
                 return broken(
                     "index bounds",
                     f"it fails when {name!r} holds its declared bound {label}={bound!r} = "
@@ -338,6 +392,8 @@ def check_duplicate_indices(loaded: LoadedSpec, case: Case, device: str) -> Find
         repeated = distinct.flatten()[0].expand(shape).clone()
         error = _call_with(spec, case, device, name, repeated)
         if error is not None:
+            if _passes_fresh(loaded, case, device, name, repeated):
+                return _state_finding(loaded, case, error)
             return broken(
                 "unique indices",
                 f"it fails when {name!r} repeats a value ({low} in every element), which its "
@@ -355,7 +411,7 @@ def _first_line(error: BaseException) -> str:
 
 
 def _return_problem(
-    spec: BreakOpSpec, args: dict[str, torch.Tensor], result: Any
+    spec: BreakOpSpec, args: dict[str, torch.Tensor], result: Any, case: Case
 ) -> Finding | None:
     if isinstance(spec.returns, str):
         wanted = args[spec.returns]
@@ -370,6 +426,23 @@ def _return_problem(
             "declared return",
             f"it declares a returned tensor but returned {type(result).__name__}.",
         )
+    elif isinstance(spec.returns, TensorArg) and isinstance(result, torch.Tensor):
+        address = result.untyped_storage().data_ptr()
+        shared = [
+            n for n, t in args.items() if address and t.untyped_storage().data_ptr() == address
+        ]
+        if shared:
+            name = shared[0]
+            return broken(
+                "declared return",
+                f"it returns argument {name!r} itself (or a view of it) though its spec "
+                f"declares a new tensor (returns=TensorArg(...)) ({_describe(case)}). A "
+                f"capture library copies a break's result at replay into the memory it had "
+                f"at capture, so a break that returns an argument on some calls and a new "
+                f"tensor on others is refused at replay. Return a new tensor every time "
+                f"({name}.clone() when there is nothing to do), or return {name!r} every time "
+                f"and declare returns={name!r} with it in writes= or inout=.",
+            )
     return None
 
 
@@ -396,6 +469,80 @@ def _first_call(
     return _outputs(spec, clean, reference.call(*clean.values(), **params))
 
 
+# The calls :func:`diagnose` has made so far, per op it checks: a crash that the same call on
+# a freshly imported op does not show is named with the sizes of the calls that led to it.
+_CALLED: dict[int, list[Case]] = {}
+
+
+def _passes_fresh(
+    loaded: LoadedSpec,
+    case: Case,
+    device: str,
+    name: str | None = None,
+    value: torch.Tensor | None = None,
+) -> bool:
+    """Whether the call of ``case`` (``name`` holding ``value``, if given) passes on the op
+    freshly imported: its first call ever, so no earlier call left it any state."""
+    fresh = _fresh_spec(loaded)
+    if fresh is None:
+        return False
+    if name is None or value is None:
+        args = materialize(fresh, case, case.seed, device)
+        try:
+            fresh.call(*args.values(), **case.params)
+        except Exception:
+            return False
+        return True
+    return _call_with(fresh, case, device, name, value) is None
+
+
+def _earlier(loaded: LoadedSpec, case: Case) -> tuple[Case, ...]:
+    """The calls diagnose made before ``case`` on the same op, one per size, in order."""
+    earlier: list[Case] = []
+    for called in _CALLED.get(id(loaded.spec), []):
+        if called is case:
+            break
+        if all(called.binding != e.binding for e in earlier):
+            earlier.append(dataclasses.replace(called, after=()))
+    return tuple(earlier)
+
+
+def _state_finding(
+    loaded: LoadedSpec, case: Case, error: BaseException, after: tuple[Case, ...] | None = None
+) -> Finding:
+    """A call that raised where the same call on a freshly imported op passes: the op's state
+    from earlier calls, named with the call sequence (kept in the case, for the reproducer)."""
+    after = _earlier(loaded, case) if after is None else after
+    sequence = ", then ".join(f"({_describe(c)})" for c in (*after, case))
+    return broken(
+        "no state across calls",
+        f"called at {sequence} on one imported op, the last call raised {_first_line(error)}, "
+        f"and the same call passes on a freshly imported op: it is not the arguments' values "
+        f"or bounds but state an earlier call left (offsets, a workspace or a shape built once "
+        f"at the first call's sizes and sliced afterwards). An engine's first call is the "
+        f"capture, at one size of many: rebuild such state when the sizes change, key it by "
+        f"every size it depends on, or pass it in.",
+        case=dataclasses.replace(case, after=after),
+    )
+
+
+def _sequence_problem(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
+    """``case.after``'s calls, then ``case``'s, on one freshly imported op: the last raising
+    where it passes on a freshly imported op alone is state across calls."""
+    spec = _fresh_spec(loaded) or loaded.spec
+    for earlier in case.after:
+        args = materialize(spec, earlier, earlier.seed, device)
+        with contextlib.suppress(Exception):
+            spec.call(*args.values(), **earlier.params)
+    args = materialize(spec, case, case.seed, device)
+    try:
+        spec.call(*args.values(), **case.params)
+    except Exception as error:
+        if _passes_fresh(loaded, case, device):
+            return _state_finding(loaded, case, error, case.after)
+    return None
+
+
 def _tensor_state(module_globals: dict[str, Any]) -> int:
     """How many tensors module-level state holds, looking into containers and objects."""
     count = 0
@@ -414,8 +561,13 @@ def _tensor_state(module_globals: dict[str, Any]) -> int:
 
 
 def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
-    """Gives the same result on new values as a first call would, whatever ran before."""
+    """Gives the same result on new values as a first call would, whatever ran before (the
+    calls ``case.after`` names, when it names any)."""
     spec = loaded.spec
+    if case.after:
+        found = _sequence_problem(loaded, case, device)
+        if found is not None:
+            return found
     fresh = _fresh_spec(loaded)
     tol = Tolerance(spec.rtol, spec.atol)
     # The long-lived op: a call on A, then new values B copied into the same buffers.
@@ -546,6 +698,134 @@ def _sizes_problem(loaded: LoadedSpec, sizes: list[Case], device: str) -> Findin
             "nothing that sizes share (a buffer's address), or pass it in.",
         )
     return None
+
+
+def lay_out(value: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``value``'s contents in ``layout`` (one of :data:`LAYOUTS`): the view an op is given,
+    and the buffer it views, which holds a fill value outside the view."""
+    shape, dim = tuple(value.shape), value.dim()
+
+    def buffer(*size: int) -> torch.Tensor:
+        empty = torch.empty(size, dtype=value.dtype, device=value.device)
+        return empty.fill_(fill_values(value.dtype)[0])
+
+    if layout == "column slice" and dim == 1:
+        base = buffer(2 * shape[0] + 1)
+        view = base[1::2]
+    elif layout == "column slice" and dim >= 2:
+        # Each row (all dims but the first) is the middle third of a row three times as
+        # long, as q of shape (tokens, heads, head_size) is a view of qkv[:, hidden:2*hidden].
+        width = math.prod(shape[1:])
+        base = buffer(shape[0], 3 * width)
+        view = base[:, width : 2 * width].unflatten(1, shape[1:])
+    elif layout == "transposed" and dim >= 2:
+        base = buffer(*shape[:-2], shape[-1], shape[-2])
+        view = base.transpose(-1, -2)
+    elif layout == "offset":
+        base = buffer(value.numel() + 3)
+        view = base[3:].view(shape)
+    else:
+        base = value.clone()
+        view = base
+    view.copy_(value)
+    return view, base
+
+
+def _outside(view: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+    """A bool tensor of ``base``'s shape, True outside the elements ``view`` covers."""
+    marker = torch.ones(base.shape, dtype=torch.bool)
+    marker.as_strided(view.shape, view.stride(), view.storage_offset()).fill_(False)
+    return marker
+
+
+def _laid_out_call(
+    loaded: LoadedSpec, values: dict[str, torch.Tensor], case: Case, layouts: dict[str, str]
+) -> tuple[list[torch.Tensor], dict[str, int]] | BaseException:
+    """The op, freshly imported, called on ``values`` with the arguments named in ``layouts``
+    laid out so (the others contiguous): what later code reads after it, and per argument
+    how many elements of its buffer outside the view it changed; or what it raised."""
+    spec = _fresh_spec(loaded) or loaded.spec
+    laid = {n: lay_out(v, layouts.get(n, CONTIGUOUS)) for n, v in values.items()}
+    args = {n: view for n, (view, _) in laid.items()}
+    before = {n: base.clone() for n, (_, base) in laid.items()}
+    try:
+        result = spec.call(*args.values(), **case.params)
+    except Exception as error:
+        return error
+    outside = {
+        n: int((_changed(base, before[n]) & _outside(view, base)).sum())
+        for n, (view, base) in laid.items()
+        if view is not base
+    }
+    return _outputs(loaded.spec, args, result), outside
+
+
+def _layout_problem(
+    loaded: LoadedSpec,
+    values: dict[str, torch.Tensor],
+    case: Case,
+    layouts: dict[str, str],
+    reference: list[torch.Tensor],
+) -> str | None:
+    """What the op does differently with the arguments laid out as ``layouts`` say than on
+    contiguous copies (``reference``), in words, or None."""
+    spec = loaded.spec
+    done = _laid_out_call(loaded, values, case, layouts)
+    if isinstance(done, BaseException):
+        return f"it raises {_first_line(done)}"
+    outputs, outside = done
+    for name, count in outside.items():
+        if count:
+            return f"it writes {count} element(s) of the buffer {name!r} views, outside the view"
+    names = [*(repr(n) for n in spec.written), "the tensor it returns"]
+    tol = Tolerance(spec.rtol, spec.atol)
+    for name, got, want in zip(names, outputs, reference):
+        problem = compare(got, want, tol)
+        if problem is not None:
+            return f"it leaves {name} different ({problem})"
+    return None
+
+
+def check_layouts(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
+    """Does on arguments laid out as the case draws them (column slices of a wider buffer, at
+    a storage offset, transposed; contiguous where declared ``contiguous=True``) what it
+    does on contiguous copies of the same values."""
+    spec = loaded.spec
+    layouts = dict(zip(spec.args, case.layouts))
+    strided = [n for n, lay in layouts.items() if lay != CONTIGUOUS]
+    if not strided:
+        return None
+    values = materialize(spec, case, case.seed, device)
+    reference = _laid_out_call(loaded, values, case, {})
+    if isinstance(reference, BaseException):
+        return None  # it fails on contiguous copies too: another part's finding
+    found = _layout_problem(loaded, values, case, layouts, reference[0])
+    if found is None:
+        return None
+    # The arguments whose layout alone shows it, when some do.
+    alone = [
+        n
+        for n in strided
+        if _layout_problem(loaded, values, case, {n: layouts[n]}, reference[0]) is not None
+    ]
+    culprits = alone or strided
+    shown = {n: lay_out(values[n], layouts[n])[0] for n in culprits}
+    where = "; ".join(
+        f"{n!r} {_LAYOUT_WORDS[layouts[n]]}, strides {tuple(shown[n].stride())}, "
+        f"storage offset {shown[n].storage_offset()}"
+        for n in culprits
+    )
+    return broken(
+        "layouts",
+        f"with {where} ({_describe(case)}), {found}, which the op on contiguous copies of the "
+        f"same values does not. Engines pass strided views: q, k and v sliced from one fused "
+        f"qkv buffer, caches viewed at an offset. On such a view .reshape() and .contiguous() "
+        f"return a copy, so what the op writes there is lost, and code assuming contiguous "
+        f"memory (.view(), data_ptr arithmetic) touches the wrong elements. Write through "
+        f"views (x.unflatten(-1, (heads, head_size)), or x.copy_(result) at the end), or "
+        f"declare TensorArg(..., contiguous=True) for an argument every caller passes "
+        f"contiguous.",
+    )
 
 
 def _stream_key(stream: Any) -> int:
@@ -685,6 +965,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("index bounds", check_index_bounds),
     ("unique indices", check_duplicate_indices),
     ("declared writes", check_declared_writes),
+    ("layouts", check_layouts),
     ("no state across calls", check_earlier_calls),
     ("streams joined", check_streams_joined),
     ("concurrent capture", check_concurrent_global_capture),
@@ -696,7 +977,8 @@ CHECKS: tuple[tuple[str, Check], ...] = (
 # The checks that judge the values an op leaves in its outputs. Those values race with work
 # the op left on an unjoined stream, so on a GPU they may look wrong or stale when only the
 # join is missing (the H200 showed both); the join is then the one part reported.
-RACED = ("declared writes", "no state across calls", "sizes in one pool")
+RACED = ("declared writes", "layouts", "no state across calls", "sizes in one pool")
+PARTS = frozenset(part for part, _ in CHECKS)
 # The checks that feed an index argument a value the spec allows but draws seldom.
 VALUE_PARTS = ("index bounds", "unique indices")
 UNJOINED = "streams joined"
@@ -708,6 +990,11 @@ def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) 
     Runs on ``device`` as given (the caller opens the GPU or the simulator).
     """
     found: dict[str, Finding] = {}
+    called = _CALLED.setdefault(id(loaded.spec), [])
+    called.clear()
+
+    def tentative(part: str) -> bool:
+        return bool(dict(found[part].scenario).get("tentative"))
 
     @hypothesis_seed(seed)
     @settings(
@@ -719,27 +1006,30 @@ def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) 
     )
     @given(cases(loaded.spec))
     def run(case: Case) -> None:
+        called.append(case)
         for part, check in CHECKS:
-            if part in found and not dict(found[part].scenario).get("tentative"):
+            if part in found and not tentative(part):
                 continue
             try:
                 violation = check(loaded, case, device)
             except Exception as error:
-                first = str(error).strip().splitlines()
-                violation = broken(
-                    part,
-                    f"the op raised {type(error).__name__}: {first[0] if first else ''} "
-                    f"on arguments its spec allows ({_describe(case)})",
-                    raised=True,
-                )
-            if violation is not None and not (
-                part in found and dict(violation.scenario).get("tentative")
-            ):
-                found[part] = dataclasses.replace(
+                violation = _raised_finding(loaded, case, device, part, check, error)
+            if violation is None:
+                continue
+            # A check may find another part's fault (a crash that is state across calls).
+            key = violation.violation if violation.violation in PARTS else part
+            if key in found and (not tentative(key) or dict(violation.scenario).get("tentative")):
+                continue
+            if case_of(violation) is None:
+                violation = dataclasses.replace(
                     violation, scenario=(*violation.scenario, ("case", case))
                 )
+            found[key] = violation
 
-    run()
+    try:
+        run()
+    finally:
+        _CALLED.pop(id(loaded.spec), None)
     if UNJOINED in found:
         for part in RACED:
             found.pop(part, None)
@@ -750,6 +1040,26 @@ def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) 
         # The op failing on an index value explains its failing in the other checks too.
         found = {p: v for p, v in found.items() if p in VALUE_PARTS or not _raised(v)}
     return [found[part] for part, _ in CHECKS if part in found]
+
+
+def _raised_finding(
+    loaded: LoadedSpec, case: Case, device: str, part: str, check: Check, error: BaseException
+) -> Finding:
+    """A check that raised in the op's code: state across calls where the same check passes
+    on a freshly imported op, else the op failing on arguments its spec allows."""
+    fresh = _fresh_spec(loaded)
+    if fresh is not None:
+        try:
+            check(dataclasses.replace(loaded, spec=fresh), case, device)
+        except Exception:
+            pass
+        else:
+            return _state_finding(loaded, case, error)
+    return broken(
+        part,
+        f"the op raised {_first_line(error)} on arguments its spec allows ({_describe(case)})",
+        raised=True,
+    )
 
 
 def _describe(case: Case) -> str:

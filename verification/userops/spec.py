@@ -44,6 +44,11 @@ class TensorArg:
     distinct values, as a slot or permutation index needs. ``sentinel`` is a value drawn in
     place of each element with probability ``sentinel_rate`` (default 0.25), outside the
     bounds if need be and repeated freely: ``sentinel=-1`` for padding slots.
+
+    Unless ``contiguous=True``, the harness also passes it as a strided view of a larger
+    buffer (a column slice, as q and k come out of a fused qkv buffer), contiguous at a
+    storage offset, or transposed (two dims or more), and expects what it does on a
+    contiguous copy. Declare ``contiguous=True`` only where every caller passes it so.
     """
 
     shape: tuple[Dim, ...]
@@ -54,6 +59,7 @@ class TensorArg:
     unique: bool = False
     sentinel: int | float | None = None
     sentinel_rate: float | None = None
+    contiguous: bool = False
 
     @property
     def dtypes(self) -> tuple[torch.dtype, ...]:
@@ -297,8 +303,9 @@ def _arg_type_problem(name: str, arg: Any) -> str | None:
                 f"argument {name!r} has {label}={bound!r}, which is not a dim expression "
                 f"(dim names and integers with + - * //, e.g. 'n-1' or 'blocks*block_size-1')"
             )
-    if not isinstance(arg.unique, bool):
-        return f"argument {name!r} has unique={arg.unique!r}; give True or False"
+    for label in ("unique", "contiguous"):
+        if not isinstance(getattr(arg, label), bool):
+            return f"argument {name!r} has {label}={getattr(arg, label)!r}; give True or False"
     if arg.sentinel is not None and (
         isinstance(arg.sentinel, bool) or not isinstance(arg.sentinel, int | float)
     ):
