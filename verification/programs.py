@@ -501,17 +501,30 @@ def programs(
     if kept and draw(_booleans):
         outputs = tuple(sorted({*outputs, *kept}))
     # Drawn last, so that a failure that needs neither shrinks to plain calls.
-    steps = [_called(draw, step) if step.brk else step for step in steps]
+    steps = [_called(draw, step, _autocast_safe(step, env)) if step.brk else step for step in steps]
     return _with_static_buffers(inputs, static, steps, outputs, host)
 
 
 _AMBIENT_WAYS = ("", *AMBIENT)
+_WAYS_WITHOUT_AUTOCAST = tuple(way for way in _AMBIENT_WAYS if not way.startswith("autocast"))
+# Autocast runs an op on these as eager does; on others (float64, float8) torch's autocast
+# raises inside the op ("Unexpected floating ScalarType"), eager as at replay.
+_AUTOCAST_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 
 
-def _called(draw: st.DrawFn, step: Step) -> Step:
-    """``step`` (a break), a quarter of the time called inside a ``with`` block of the region,
-    and a quarter of the time with its tensors tagged."""
-    way = draw(_sampled_from(_AMBIENT_WAYS)) if draw(_integers(0, 3)) == 3 else ""
+def _autocast_safe(step: Step, env: Mapping[int, TensorMeta]) -> bool:
+    return all(
+        a in env and (env[a].dtype in _AUTOCAST_DTYPES or not env[a].dtype.is_floating_point)
+        for a in step.args
+    )
+
+
+def _called(draw: st.DrawFn, step: Step, autocast: bool) -> Step:
+    """``step`` (a break), a quarter of the time called inside a ``with`` block of the region
+    (autocast only where its arguments are of dtypes autocast takes), and a quarter of the
+    time with its tensors tagged."""
+    ways = _AMBIENT_WAYS if autocast else _WAYS_WITHOUT_AUTOCAST
+    way = draw(_sampled_from(ways)) if draw(_integers(0, 3)) == 3 else ""
     tagged = draw(_integers(0, 3)) == 3
     return dataclasses.replace(step, ambient=way, tag=tagged) if way or tagged else step
 

@@ -396,6 +396,14 @@ def _alias_cached_per_address(lib: ModuleType) -> None:
     memory.alias = alias
 
 
+def _subclass_aliased(lib: ModuleType) -> None:
+    # The subclass test dropped, and the alias a plain tensor (the subclass would otherwise
+    # survive on it: torch keeps a subclass through new_empty and as_strided).
+    _edited("arguments", "        or type(tensor) is not torch.Tensor\n", "")(lib)
+    whole = lib.arguments.whole_storage_alias
+    lib.arguments.whole_storage_alias = lambda tensor: whole(tensor).as_subclass(torch.Tensor)
+
+
 def _edited(module: str, old: str, new: str) -> Callable[[ModuleType], None]:
     """A plant that rewrites ``old`` (found once) as ``new`` in the copy's ``module``, as a
     mutant does: these bugs sit in a signature or a condition, which a patch could only
@@ -571,7 +579,7 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
     "subclass_aliased": (
         "tensor subclass instances are aliased like plain tensors, losing their Python type",
         "pool",
-        _edited("arguments", "        or type(tensor) is not torch.Tensor\n", ""),
+        _subclass_aliased,
     ),
     "dict_subclass_rebuilt_plain": (
         "a dict subclass argument (ModelOutput-like) is rebuilt as a plain dict for replay",

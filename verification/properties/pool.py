@@ -306,8 +306,13 @@ def arguments_as_given_problem(config: CheckConfig) -> str | None:
     def take(conj, neg, scaled, out_conj, out_neg, out_scaled):
         out_conj.copy_(conj)
         out_neg.copy_(neg)
-        # A plain tensor in its place has no scale: NaN, which no comparison accepts.
-        out_scaled.copy_(scaled.as_subclass(torch.Tensor) * getattr(scaled, "scale", math.nan))
+        # A plain tensor in its place is no ScaledTensor, whatever attributes it carries: NaN,
+        # which no comparison accepts.
+        kept = isinstance(scaled, ScaledTensor)
+        out_scaled.copy_(
+            scaled.as_subclass(torch.Tensor)
+            * (getattr(scaled, "scale", math.nan) if kept else math.nan)
+        )
 
     x = torch.randn(16, dtype=torch.complex64, device=config.device)
     z = torch.randn(16, device=config.device)
@@ -332,7 +337,7 @@ def arguments_as_given_problem(config: CheckConfig) -> str | None:
         for name, got, want in (
             ("conjugate view without its bit (is_conj)", out_conj, (x * 2).conj()),
             ("negative view without its bit (is_neg)", out_neg, (x * 2).conj().imag),
-            ("tensor subclass without its Python attributes", out_scaled, z * 2 * 3.0),
+            ("tensor subclass without its Python type", out_scaled, z * 2 * 3.0),
         )
         if not torch.allclose(got, want)
     ]

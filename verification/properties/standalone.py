@@ -25,6 +25,7 @@ from typing import Any
 
 from verification import breadcrumbs, causes, execute, oracle, programs
 from verification.findings import Finding
+from verification.ops import ambient
 from verification.programs import Program, input_expr
 from verification.properties import pool, runner, script_program, stream_order
 from verification.report import program_source
@@ -194,6 +195,9 @@ def _stand_ins(finding: Finding, kind: str) -> list[tuple[Any, Any]]:
         (oracle.program_tolerance, script_program.program_tolerance),
         (pool._one_graph_version, script_program.one_graph_version),
         (runner.OPS, "OPS = None"),  # the program's ops are its source
+        # What a break can read of its state: the text the harness itself runs.
+        (ambient.ambient_seen, ambient.AMBIENT_SOURCE.strip("\n")),
+        (ambient.seen_difference, ambient.seen_difference),  # plain Python: itself
         # The pool property's example knows its fixed witnesses by these names.
         (pool.WITNESS, f"WITNESS = {'PROGRAM' if program == pool.WITNESS else 'None'}"),
         (

@@ -61,7 +61,7 @@ def test_conjugate_and_negative_views_aliased_without_their_bit_are_found(bcg_ki
 
 def test_a_tensor_subclass_aliased_as_a_plain_tensor_is_found(bcg_kind, tmp_path):
     findings = failing(check("pool", "subclass_aliased", bcg_kind, tmp_path))
-    assert findings and "tensor subclass without its Python attributes" in findings[0].message
+    assert findings and "tensor subclass without its Python type" in findings[0].message
     assert "is_conj" not in findings[0].message
 
 
