@@ -243,4 +243,10 @@ def copy_result_back(
                 "replay cannot match eager: return the argument every time, or a new tensor "
                 "every time (x.clone() when there is nothing to do)"
             )
-        old.copy_(new)
+        if old.is_inference() and not torch.is_inference_mode_enabled():
+            # A result made under the region's inference_mode block is an inference tensor,
+            # which only inference mode may update in place.
+            with torch.inference_mode():
+                old.copy_(new)
+        else:
+            old.copy_(new)

@@ -26,8 +26,6 @@ from verification.ops.ambient import ambient_context, ambient_seen, seen_differe
 from verification.ops.host import HOST_SOURCE, host_argument
 from verification.ops.spec import Decorate, OpSpec
 from verification.programs import Program, produces_value
-from verification.sim import POISON_INT16
-from verification.sim import is_active as simulated
 from verification.targets import Target
 
 BreakEntry = tuple[int, tuple[int, ...]]
@@ -438,32 +436,6 @@ def collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
-# What a GPU capture's pool is filled with before the capture, so that a break reading a
-# value no graph has computed yet (the segment before it is captured, not run) reads a hostile
-# one, as on the simulator: NaN in every float dtype, near the top of every integer dtype.
-_POISON_SIZES = (*(1 << 19,) * 4, 10 << 20)  # int16 elements: small-pool blocks, one large
-
-
-def poison_pool(pool: Any) -> Any:
-    """Fills free blocks of graph pool ``pool``, on the current stream, with the simulator's
-    poison pattern; a capture into ``pool`` on this stream is then handed them. Returns the
-    graph that filled them, which keeps the pool alive and must outlive that capture."""
-    graph = torch.cuda.CUDAGraph()
-    with collector_paused():
-        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
-        try:
-            # 1 MiB blocks come from the allocator's small pool, the 20 MiB one from its
-            # large pool: a capture's small and large intermediates are both covered.
-            blocks = [torch.empty(n, dtype=torch.int16, device="cuda") for n in _POISON_SIZES]
-            for block in blocks:
-                block.fill_(POISON_INT16)
-        finally:
-            graph.capture_end()
-    del blocks  # free in the pool, so the capture that follows is handed them
-    graph.replay()
-    return graph
-
-
 class CapturedProgram:
     """A program captured once by ``target`` on static inputs, ready to replay; into
     ``pool`` when one is given, else into the target's own."""
@@ -499,11 +471,9 @@ class CapturedProgram:
             run_steps(program, table, callables, self.static_inputs, host=self.host)
             self.log.clear()  # the warm-up's calls
             # The simulator hands a capture poisoned memory itself; a GPU's pool holds
-            # whatever its memory last held, often harmless values, so it is poisoned here.
-            self._poisoner = None
-            if not simulated():  # callers name the simulator "cuda" too: ask it
-                pool = torch.cuda.graph_pool_handle() if pool is None else pool
-                self._poisoner = poison_pool(pool)
+            # whatever its memory last held. Poisoning it before each capture was tried and
+            # taken out: in the H200 suite each capture's 24 MiB poisoned pool stayed
+            # reserved, and workers grew to 42 GiB until 89 tests ran out of memory.
             # A pool given is shared with other captures of the program (a capture set).
             self.capture = (
                 target.BreakableCUDAGraphCapture()
