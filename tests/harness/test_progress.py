@@ -64,4 +64,6 @@ def test_a_piped_fuzz_run_prints_no_progress(tmp_path):
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
+    # The simulator's first build in a fresh environment says so in one line, and only that.
+    rest = [line for line in done.stderr.splitlines() if not line.startswith("building the CUDA")]
+    assert rest == [], done.stderr

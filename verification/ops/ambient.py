@@ -53,9 +53,11 @@ def ambient_seen():
 
 # Each way a region sets ambient state around one break call, as the model writes it. Chosen
 # to change what a break reads without changing what the catalog's ops compute, so that the
-# program drawn stays valid under each.
+# program drawn stays valid under each. Autocast for the device is not among them: the
+# catalog's breaks compute in float64 inside (``shrink_pair_``), where torch's CUDA autocast
+# raises ("Unexpected floating ScalarType"), which checks that run no eager reference first
+# took for a target's failure; CPU autocast changes the state a break reads all the same.
 AMBIENT: dict[str, str] = {
-    "autocast": 'torch.autocast("cuda", dtype=torch.bfloat16)',
     "autocast_cpu": 'torch.autocast("cpu", dtype=torch.bfloat16)',
     "no_grad": "torch.no_grad()",
     "inference_mode": "torch.inference_mode()",

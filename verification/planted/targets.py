@@ -217,7 +217,11 @@ class _Capture:
                         f"break {eager.fn.__name__} returned its argument on one call and a "
                         "new tensor on another"
                     )
-                old.copy_(new)
+                if old.is_inference() and not torch.is_inference_mode_enabled():
+                    with torch.inference_mode():  # a result its region made in that mode
+                        old.copy_(new)
+                else:
+                    old.copy_(new)
 
     def replay(self) -> None:
         for segment in self._schedule():
