@@ -146,22 +146,6 @@ def delta(state: State, base: State | None) -> Delta | None:
     return changed or None
 
 
-def describe(changed: Delta) -> str:
-    """``changed`` in words: ``autocast cuda bfloat16, grad mode False``."""
-    words = []
-    for index, value in changed:
-        if NAMES[index] == "autocast":
-            on = [
-                f"{device} {str(dtype).removeprefix('torch.')}"
-                for device, enabled, dtype in value or ()
-                if enabled
-            ]
-            words.append(f"autocast {', '.join(on) or 'off'}")
-        else:
-            words.append(f"{NAMES[index]} {value!r}")
-    return ", ".join(words)
-
-
 class Undo:
     """What :func:`enter` replaced, for :func:`leave`."""
 
