@@ -144,6 +144,24 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
         step "fuzzop3_$op" 60 python3 -m verification fuzz-op "tests.engine_faults:$op" --device cuda --examples 100 --seed 1
       done
       step fuzzop3_tests 120 python3 -m pytest -q -p no:cacheprovider -n 4 --bcg-device=cuda -rfE tests/harness/fuzz_op/test_engine_faults.py ;;
+    fuzzop4)
+      # The ops whose faults show only against a replay (tests/state_faults.py: a cache keyed
+      # on version counters, a side stream started before the caller's work, an answer that
+      # changes, a call counter, a workspace keyed without the dtype) and the held-out engine
+      # ops kept in tests, on the GPU; then their tests and float8's with short tracebacks.
+      for op in BLOCKS_VERSION_CACHED SIDE_STREAM_UNORDERED PICK_RANDOM_TIE STEP_IN_MODULE WORKSPACE_BY_SHAPE BLOCKS_CORRECT SIDE_STREAM_CORRECT PICK_CORRECT STEP_CORRECT WORKSPACE_CORRECT; do
+        step "fuzzop4_$op" 60 python3 -m verification fuzz-op "tests.state_faults:$op" --device cuda --examples 50 --seed 1
+      done
+      for op in tests/harness/fuzz_op/heldout_ops/[a-z]*.py; do
+        name=$(basename "$op" .py)
+        step "heldout_$name" 60 python3 -m verification fuzz-op "tests.harness.fuzz_op.heldout_ops.$name:SPEC" --device cuda --examples 50 --seed 1
+      done
+      step fuzzop4_tests 180 python3 -m pytest -q -p no:cacheprovider -n 4 --bcg-device=cuda -rfE --tb=short \
+        tests/harness/fuzz_op/test_state_faults.py tests/harness/fuzz_op/test_held_out_ops.py \
+        tests/harness/fuzz_op/test_engine_faults.py "tests/harness/fuzz_op/test_dtypes_shapes_and_reads.py::test_a_correct_float8_quant_op_passes_fuzz_op" ;;
+    seedscan)
+      # Which campaign seeds find each engine bug on this card (the suite's test uses one).
+      step seedscan 240 python3 -m bench.engine_bug_seeds --seeds 0-7 ;;
     fp8) step fuzzop_fp8_1000 150 python3 -m verification fuzz-op tests.faulty_ops:FLOAT8_QUANT --device cuda --examples 1000 --seed 1 ;;
     upstream)
       # The module files a target loads travel in .upstream/ (vLLM's wheel is too big to carry).

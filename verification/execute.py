@@ -26,6 +26,7 @@ from verification.ops.ambient import ambient_context, ambient_seen, seen_differe
 from verification.ops.host import HOST_SOURCE, host_argument
 from verification.ops.spec import Decorate, OpSpec
 from verification.programs import Program, produces_value
+from verification.sim import POISON_INT16
 from verification.targets import Target
 
 BreakEntry = tuple[int, tuple[int, ...]]
@@ -436,6 +437,34 @@ def collector_paused() -> Iterator[None]:
                 gc.enable()
 
 
+# What a GPU capture's pool is filled with before a capture of a program holding an untrusted
+# op, so that the op reading a value no graph has computed yet (the segment before it is
+# captured, not run) reads a hostile one, as on the simulator: the simulator's int16 pattern,
+# NaN in every float dtype and near the top of every integer dtype. Two 1 MiB blocks make one
+# small-pool segment of 2 MiB, where a capture's small intermediates come from; the capture
+# then uses that segment instead of a new one, so poisoning costs no memory. (Poisoning 24 MiB
+# into a pool no capture used kept every GPU worker's reserve growing until tests ran out.)
+_POISON_BLOCKS = (1 << 19, 1 << 19)  # int16 elements
+
+
+def poison_pool(pool: Any) -> Any:
+    """Fills one small-pool segment of graph pool ``pool``, on the current stream, with the
+    poison pattern; a capture into ``pool`` on this stream is then handed it. Returns the
+    graph that filled it, which keeps the pool alive and must outlive the capture's start."""
+    graph = torch.cuda.CUDAGraph()
+    with collector_paused():
+        graph.capture_begin(pool=pool, capture_error_mode="thread_local")
+        try:
+            blocks = [torch.empty(n, dtype=torch.int16, device="cuda") for n in _POISON_BLOCKS]
+            for block in blocks:
+                block.fill_(POISON_INT16)
+        finally:
+            graph.capture_end()
+    del blocks  # free in the pool, so the capture that follows is handed them
+    graph.replay()
+    return graph
+
+
 class CapturedProgram:
     """A program captured once by ``target`` on static inputs, ready to replay; into
     ``pool`` when one is given, else into the target's own."""
@@ -471,9 +500,11 @@ class CapturedProgram:
             run_steps(program, table, callables, self.static_inputs, host=self.host)
             self.log.clear()  # the warm-up's calls
             # The simulator hands a capture poisoned memory itself; a GPU's pool holds
-            # whatever its memory last held. Poisoning it before each capture was tried and
-            # taken out: in the H200 suite each capture's 24 MiB poisoned pool stayed
-            # reserved, and workers grew to 42 GiB until 89 tests ran out of memory.
+            # whatever its memory last held, so it is poisoned for an untrusted op.
+            poisoner = None
+            if device == "cuda" and any(table[s.op].untrusted for s in program.steps):
+                pool = torch.cuda.graph_pool_handle() if pool is None else pool
+                poisoner = poison_pool(pool)
             # A pool given is shared with other captures of the program (a capture set).
             self.capture = (
                 target.BreakableCUDAGraphCapture()
@@ -486,6 +517,7 @@ class CapturedProgram:
                 self.outputs = run_steps(
                     program, table, callables, self.static_inputs, host=self.host
                 )
+            del poisoner  # the capture holds the pool now
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         self.capture_log = self.log.take()

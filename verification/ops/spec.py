@@ -69,6 +69,10 @@ class OpSpec:
 
     ``alias_varies``: a break whose result is its argument (or a view of it) on some calls and
     a new tensor on others; a target may refuse it at replay with an error naming ``entry``.
+
+    ``untrusted``: code the harness does not vouch for (a user's op), judged on capture-time
+    garbage: a GPU capture of a program holding it fills its pool with poison first, as the
+    simulator hands every capture poisoned memory.
     """
 
     name: str
@@ -91,6 +95,7 @@ class OpSpec:
     out_buffers: int = 0
     buffer_metas: Callable[[Sequence[TensorMeta], Params], tuple[TensorMeta, ...]] | None = None
     alias_varies: bool = False
+    untrusted: bool = False
 
     def callable_for(self, decorate: Decorate) -> Callable[..., Any]:
         """The callable a step runs; break ops are built from ``source`` with ``decorate``."""

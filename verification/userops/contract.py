@@ -3,10 +3,12 @@
 :func:`diagnose` runs the op on its own, and beside an open capture, on inputs drawn from
 the spec, and returns one :class:`~verification.findings.Finding` per part of the contract it broke, in plain
 words: declared writes (and masked writes), index bounds, duplicate indices, strided
-arguments (each drawn in a layout an engine passes, against contiguous copies), dependence
-on earlier calls (a frozen host value, a stashed tensor, a crash a fresh import does not show), state one batch size leaves for
-another when an engine's capture set calls the op at several sizes, unjoined side streams,
-and calls that break a concurrent ``global``-mode capture. Every check is one entry of :data:`CHECKS`.
+arguments (each drawn in a layout an engine passes, against contiguous copies), determinism,
+dependence on earlier calls (a frozen host value, a stashed tensor, a call counter, a cache
+keyed on version counters, state keyed without a dtype or size, a crash a fresh import does
+not show), state one batch size leaves for another when an engine's capture set calls the op
+at several sizes, side streams unordered with the caller's either way, and calls that break
+a concurrent ``global``-mode capture. Every check is one entry of :data:`CHECKS`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from verification.userops.spec import (
 
 # The check name of an op contract's findings; each names the broken part as its violation.
 CONTRACT = "contract"
+# The part whose violation makes every comparison of values with a reference unreliable.
+NONDETERMINISTIC = "deterministic"
 
 
 @dataclass(frozen=True)
@@ -211,12 +215,15 @@ def check_declared_writes(loaded: LoadedSpec, case: Case, device: str) -> Findin
     results: list[dict[str, torch.Tensor]] = []
     written: list[dict[str, torch.Tensor]] = []
     for pick in (0, 1):
+        # Each fill's call on a freshly imported op: state one call leaves for the other is
+        # the state checks' to name, not a read of the previous contents.
+        op = _fresh_spec(loaded) or spec
         args = materialize(spec, case, case.seed, device)
         for name in spec.writes:
             args[name].fill_(fill_values(args[name].dtype)[pick])
         masks = {n: _mask(spec, n, args, case.params) for n in spec.partial}
         before = {n: t.clone() for n, t in args.items()}
-        result = spec.call(*args.values(), **case.params)
+        result = op.call(*args.values(), **case.params)
         for name in spec.args:
             if name not in spec.written and not _same(args[name], before[name]):
                 return broken(
@@ -560,9 +567,167 @@ def _tensor_state(module_globals: dict[str, Any]) -> int:
     return count
 
 
+def _write_as_replay(buffers: dict[str, torch.Tensor], values: dict[str, torch.Tensor]) -> None:
+    """New values into the same buffers as a graph replay writes them: by kernels the
+    autograd version counter never sees (``tensor._version`` stays where it was)."""
+    for name, value in values.items():
+        buffers[name].data.copy_(value)
+
+
+def _long_lived(
+    spec: BreakOpSpec, case: Case, device: str, new: dict[str, torch.Tensor], *, replay: bool
+) -> list[torch.Tensor]:
+    """A call on the case's values, then a call on ``new`` written into the same buffers
+    (as a replay writes them, or as eager code does with ``copy_``): what the second leaves."""
+    buffers = materialize(spec, case, case.seed, device)
+    spec.call(*buffers.values(), **case.params)
+    if replay:
+        _write_as_replay(buffers, new)
+    else:
+        for name, value in new.items():
+            buffers[name].copy_(value)
+    return _outputs(spec, buffers, spec.call(*buffers.values(), **case.params))
+
+
+def _agree(a: list[torch.Tensor], b: list[torch.Tensor], tol: Tolerance) -> bool:
+    return all(compare(x, y, tol) is None for x, y in zip(a, b))
+
+
+# How many calls on the same values a count of calls kept in the module gets to show.
+REPEATS = 8
+
+
+def _repeated_call(loaded: LoadedSpec, case: Case, device: str, tol: Tolerance) -> Finding | None:
+    """The same call up to :data:`REPEATS` times on a freshly imported op, each on new copies
+    of the same values: a later call that differs counts its calls (a step in the module)."""
+    fresh = _fresh_spec(loaded)
+    if fresh is None:
+        return None
+    results = []
+    for _ in range(REPEATS):
+        args = materialize(fresh, case, case.seed, device)
+        results.append(_outputs(fresh, args, fresh.call(*args.values(), **case.params)))
+        if not _agree(results[0], results[-1], tol):
+            break
+    else:
+        return None
+    count = len(results)
+    return broken(
+        "no state across calls",
+        f"called {count} times on the same values in new buffers ({_describe(case)}), it "
+        f"returns other values at call {count} than at the first: its result depends on how many calls came before (a "
+        f"count or step kept in module state). A replay does not repeat the capture's call "
+        f"count: the call at capture advances the count once, and every replay runs the op "
+        f"again on the engine's own schedule. Pass the count in as an argument the caller "
+        f"updates (in inout=), or derive it from the inputs.",
+    )
+
+
+def _version_keyed(
+    loaded: LoadedSpec, case: Case, device: str, new: dict[str, torch.Tensor], tol: Tolerance
+) -> Finding | None:
+    """Stale on new values written as a replay writes them, right on the same values written
+    with ``copy_``: the op keys a cache on the tensors' version counters."""
+    ops = [_fresh_spec(loaded) for _ in range(3)]
+    if any(op is None for op in ops):
+        return None
+    replayed, copied, reference = ops
+    first = _first_call(reference, reference, new, case.params)
+    if _agree(_long_lived(replayed, case, device, new, replay=True), first, tol):
+        return None  # the case's own calls are right: earlier calls left the state
+    if not _agree(_long_lived(copied, case, device, new, replay=False), first, tol):
+        return None
+    return broken(
+        "no state across calls",
+        f"it returns stale values when new inputs reach the same buffers the way a graph "
+        f"replay writes them ({_describe(case)}), and the right values when they are written "
+        f"with copy_(): it keeps host state keyed on the tensors' version counter "
+        f"(tensor._version) or identity. Kernels replayed by a CUDA graph write memory "
+        f"without bumping any version counter, so every replay sees the capture's cached "
+        f"values. Read the host values afresh on every call (or key the cache by the "
+        f"values themselves).",
+    )
+
+
+def _differences(spec: BreakOpSpec, earlier: Case, case: Case) -> str:
+    """How ``earlier``'s call differs from ``case``'s: its dtypes if any differ, else its
+    sizes."""
+
+    def name(dtype: torch.dtype) -> str:
+        return str(dtype).removeprefix("torch.")
+
+    dtypes = [
+        f"{arg!r} {name(then.dtype)} where it is now {name(now.dtype)}"
+        for arg, then, now in zip(spec.args, earlier.metas, case.metas)
+        if then.dtype != now.dtype
+    ]
+    sizes = [
+        f"{dim}={earlier.binding[dim]} where it is now {value}"
+        for dim, value in case.binding.items()
+        if earlier.binding.get(dim) != value
+    ]
+    return "; ".join(dtypes or sizes) or "the same sizes and dtypes"
+
+
+def _earlier_calls_made(loaded: LoadedSpec, case: Case) -> list[Case]:
+    """The calls made before ``case`` whose state may break it: each earlier drawn call and
+    the smaller sizes the capture-set check called it at, other than ``case``'s own."""
+    made: list[Case] = []
+    for earlier in _earlier(loaded, case):
+        for dim in ("", *sorted(_leading_dims(loaded.spec))):
+            for size in _sizes(loaded.spec, earlier, dim) if dim else [earlier]:
+                key = (size.binding, size.metas)
+                if key != (case.binding, case.metas) and all(
+                    key != (m.binding, m.metas) for m in made
+                ):
+                    made.append(size)
+    return made
+
+
+def _earlier_call_problem(
+    loaded: LoadedSpec, case: Case, device: str, new: dict[str, torch.Tensor], tol: Tolerance
+) -> Finding | None:
+    """Right when only the case's own calls ran, wrong after one earlier call of other sizes
+    or dtypes: state kept by a key that leaves out what differs."""
+    fresh, reference = _fresh_spec(loaded), _fresh_spec(loaded)
+    if fresh is None or reference is None:
+        return None
+    first = _first_call(fresh, reference, new, case.params)
+    if not _agree(_long_lived(fresh, case, device, new, replay=True), first, tol):
+        return None
+    for earlier in _earlier_calls_made(loaded, case):
+        op = _fresh_spec(loaded)
+        if op is None:
+            return None
+        args = materialize(op, earlier, earlier.seed, device)
+        with contextlib.suppress(Exception):
+            op.call(*args.values(), **earlier.params)
+        if _agree(_long_lived(op, case, device, new, replay=True), first, tol):
+            continue
+        return _earlier_call_finding(loaded, earlier, case)
+    return None
+
+
+def _earlier_call_finding(loaded: LoadedSpec, earlier: Case, case: Case) -> Finding:
+    """State one call of other sizes or dtypes left, which breaks ``case``'s call."""
+    dtypes_differ = any(a.dtype != b.dtype for a, b in zip(earlier.metas, case.metas))
+    key = "the dtype" if dtypes_differ else "every size"
+    return broken(
+        "no state across calls",
+        f"after one call that differed in {_differences(loaded.spec, earlier, case)} "
+        f"({_describe(earlier)}), the op returns other values for {_describe(case)} "
+        f"than a freshly imported op does: it reuses state the earlier call "
+        f"built (a scratch buffer, a table, a workspace) under a key that leaves out "
+        f"{key}. An engine calls one op at every captured size and dtype. Key such state "
+        f"by everything it depends on, or allocate it per call.",
+        case=dataclasses.replace(case, after=(earlier,)),
+    )
+
+
 def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
     """Gives the same result on new values as a first call would, whatever ran before (the
-    calls ``case.after`` names, when it names any)."""
+    calls ``case.after`` names, when it names any). New values reach the op's buffers as a
+    graph replay writes them: no version counter moves."""
     spec = loaded.spec
     if case.after:
         found = _sequence_problem(loaded, case, device)
@@ -570,21 +735,24 @@ def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Finding 
             return found
     fresh = _fresh_spec(loaded)
     tol = Tolerance(spec.rtol, spec.atol)
-    # The long-lived op: a call on A, then new values B copied into the same buffers.
-    buffers = materialize(spec, case, case.seed, device)
-    spec.call(*buffers.values(), **case.params)
+    # The long-lived op: a call on A, then new values B written into the same buffers.
     new = materialize(spec, case, case.seed + 1, device)
-    for name, value in new.items():
-        buffers[name].copy_(value)
-    used = _outputs(spec, buffers, spec.call(*buffers.values(), **case.params))
+    used = _long_lived(spec, case, device, new, replay=True)
     # The reference: the first call ever of a freshly imported op, on B in new buffers.
     reference_spec = fresh or spec
     module_globals = getattr(reference_spec.raw_fn, "__globals__", {})
     tensors_before = _tensor_state(module_globals)
     first = _first_call(spec, reference_spec, new, case.params)
     stashed = _tensor_state(module_globals) > tensors_before
-    if all(compare(a, b, tol) is None for a, b in zip(used, first)):
+    if _agree(used, first, tol):
         return None
+    found = (
+        _repeated_call(loaded, case, device, tol)
+        or _version_keyed(loaded, case, device, new, tol)
+        or _earlier_call_problem(loaded, case, device, new, tol)
+    )
+    if found is not None:
+        return found
     if stashed:
         return broken(
             "no state across calls",
@@ -600,6 +768,37 @@ def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Finding 
         "call, which is the capture, so every replay reuses capture-time values "
         "(sglang#38943). Read host values from the inputs on every call.",
     )
+
+
+def check_deterministic(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
+    """Two first calls on the same values, each of a freshly imported op with torch's
+    generator seeded alike, leave the same values (floats within a loose tolerance, for
+    atomics' rounding)."""
+    ops = [_fresh_spec(loaded), _fresh_spec(loaded)]
+    results = []
+    for op in ops:
+        if op is None:
+            return None
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(case.seed)
+            args = materialize(op, case, case.seed, device)
+            results.append(_outputs(op, args, op.call(*args.values(), **case.params)))
+    spec = loaded.spec
+    loose = Tolerance(max(spec.rtol, 1e-3), max(spec.atol, 1e-3))
+    for name, a, b in zip((*(repr(w) for w in spec.written), "its result"), *results):
+        differ = compare(a, b, loose)
+        if differ is not None:
+            return broken(
+                NONDETERMINISTIC,
+                f"two first calls on the same values ({_describe(case)}) leave different "
+                f"values in {name} ({differ}): it is "
+                f"not deterministic (an unseeded shuffle or random draw, a set's order, "
+                f"the order threads reach an atomic counter). An eager break runs again at "
+                f"every replay and gets yet another answer than the eager run it should "
+                f"equal, and no check can tell its other faults from the noise. Make it "
+                f"deterministic (a stable order, a generator the caller seeds).",
+            )
+    return None
 
 
 def _leading_dims(spec: BreakOpSpec) -> set[str]:
@@ -663,9 +862,13 @@ def check_sizes_in_one_pool(loaded: LoadedSpec, case: Case, device: str) -> Find
     return None
 
 
-def _sizes_problem(loaded: LoadedSpec, sizes: list[Case], device: str) -> Finding | None:
-    """The op called at ``sizes`` (largest first) as a capture set calls a break."""
-    spec, case = loaded.spec, sizes[0]
+def _sizes_mismatch(
+    loaded: LoadedSpec, spec: BreakOpSpec, sizes: list[Case], device: str
+) -> tuple[list[int], int, int] | None:
+    """``spec`` called at ``sizes`` (largest first) as a capture set calls a break: the
+    replay order, and the number and size index of the first replay that differs from a
+    first call on the same values."""
+    case = sizes[0]
     tol = Tolerance(spec.rtol, spec.atol)
     top = materialize(spec, sizes[0], case.seed, device)
     views = [_static_views(top, size, spec, device) for size in sizes]
@@ -684,20 +887,40 @@ def _sizes_problem(loaded: LoadedSpec, sizes: list[Case], device: str) -> Findin
         used, values = call(index, case.seed + 100 + number)
         # The reference: the first call ever of a freshly imported op, on the same values.
         first = _first_call(spec, _fresh_spec(loaded) or spec, values, case.params)
-        if all(compare(a, b, tol) is None for a, b in zip(used, first)):
-            continue
-        described = " > ".join(f"({_describe(size)})" for size in sizes)
-        return broken(
-            "sizes in one pool",
-            f"called at sizes {described}, as an engine's capture set calls a break (each "
-            f"size on the first rows of buffers made for the largest, captured largest first, "
-            f"then replayed in order {order}), replay {number} at ({_describe(sizes[index])}) "
-            "gave other values than a first call on the same inputs: the op keeps state "
-            "across calls (a workspace, a cached view or index, a per-shape cache) that one "
-            "size leaves for another. Key such state by every size it depends on and by "
-            "nothing that sizes share (a buffer's address), or pass it in.",
-        )
+        if not _agree(used, first, tol):
+            return order, number, index
     return None
+
+
+def _sizes_problem(loaded: LoadedSpec, sizes: list[Case], device: str) -> Finding | None:
+    """The op called at ``sizes`` (largest first) as a capture set calls a break; where a
+    freshly imported op passes the same, the earlier call whose state breaks it is named."""
+    found = _sizes_mismatch(loaded, loaded.spec, sizes, device)
+    if found is None:
+        return None
+    fresh = _fresh_spec(loaded)
+    if fresh is not None and _sizes_mismatch(loaded, fresh, sizes, device) is None:
+        for earlier in _earlier_calls_made(loaded, sizes[0]):
+            op = _fresh_spec(loaded)
+            if op is None:
+                break
+            args = materialize(op, earlier, earlier.seed, device)
+            with contextlib.suppress(Exception):
+                op.call(*args.values(), **earlier.params)
+            if _sizes_mismatch(loaded, op, sizes, device) is not None:
+                return _earlier_call_finding(loaded, earlier, sizes[0])
+    order, number, index = found
+    described = " > ".join(f"({_describe(size)})" for size in sizes)
+    return broken(
+        "sizes in one pool",
+        f"called at sizes {described}, as an engine's capture set calls a break (each "
+        f"size on the first rows of buffers made for the largest, captured largest first, "
+        f"then replayed in order {order}), replay {number} at ({_describe(sizes[index])}) "
+        "gave other values than a first call on the same inputs: the op keeps state "
+        "across calls (a workspace, a cached view or index, a per-shape cache) that one "
+        "size leaves for another. Key such state by every size it depends on and by "
+        "nothing that sizes share (a buffer's address), or pass it in.",
+    )
 
 
 def lay_out(value: torch.Tensor, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -833,15 +1056,28 @@ def _stream_key(stream: Any) -> int:
 
 
 class _StreamWork(TorchDispatchMode):
-    """Counts the tensor ops issued on each stream while it is active."""
+    """Counts the tensor ops issued on each stream while it is active, and notes the first
+    op on a stream other than the caller's that touches an argument (by storage) before that
+    stream waited for the caller's: the race a side stream forked without a wait starts."""
 
-    def __init__(self) -> None:
+    def __init__(self, caller: int, args: dict[str, torch.Tensor]) -> None:
         super().__init__()
+        self.caller = caller
         self.work: dict[int, int] = {}
+        self.ordered: set[int] = set()  # streams that waited for the caller's work
+        self.storages = {t.untyped_storage().data_ptr(): name for name, t in args.items()}
+        self.early: tuple[str, str] | None = None  # (argument, op) touched before the wait
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         key = _stream_key(torch.cuda.current_stream())
         self.work[key] = self.work.get(key, 0) + 1
+        if key != self.caller and key not in self.ordered and self.early is None:
+            for value in (*args, *(kwargs or {}).values()):
+                if isinstance(value, torch.Tensor):
+                    name = self.storages.get(value.untyped_storage().data_ptr())
+                    if name is not None:
+                        self.early = (name, str(func.overloadpacket.__name__))
+                        break
         return func(*args, **(kwargs or {}))
 
 
@@ -856,11 +1092,13 @@ def _patched(owner: Any, name: str, make: Callable[[Any], Any]) -> Iterator[None
 
 
 def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Finding | None:
-    """The caller's stream waits for all work the op issues on other streams."""
+    """Work the op issues on another stream is ordered both ways with the caller's stream:
+    that stream waits for the caller's before it touches an argument, and the caller's
+    waits for all of it before the op returns."""
     spec = loaded.spec
     args = materialize(spec, case, case.seed, device)
     caller = torch.cuda.current_stream()
-    audit = _StreamWork()
+    audit = _StreamWork(_stream_key(caller), args)
     recorded: dict[int, tuple[int, int]] = {}
     joined: dict[int, int] = {}
 
@@ -876,10 +1114,13 @@ def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Finding
     def wait(original: Any) -> Any:
         # Stream.wait_event and wait_stream both end in Event.wait, on the GPU and simulated.
         def patched(event: Any, stream: Any = None) -> Any:
-            waiter = torch.cuda.current_stream() if stream is None else stream
-            if _stream_key(waiter) == _stream_key(caller) and id(event) in recorded:
+            waiter = _stream_key(torch.cuda.current_stream() if stream is None else stream)
+            if id(event) in recorded:
                 key, count = recorded[id(event)]
-                joined[key] = max(joined.get(key, 0), count)
+                if waiter == audit.caller:
+                    joined[key] = max(joined.get(key, 0), count)
+                elif key == audit.caller:
+                    audit.ordered.add(waiter)
             return original(event, stream) if stream is not None else original(event)
 
         return patched
@@ -887,6 +1128,7 @@ def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Finding
     def synchronize(original: Any) -> Any:
         def patched(*a: Any, **k: Any) -> Any:
             joined.update(audit.work)  # the host waited for everything issued so far
+            audit.ordered.update(audit.work)
             return original(*a, **k)
 
         return patched
@@ -898,8 +1140,18 @@ def check_streams_joined(loaded: LoadedSpec, case: Case, device: str) -> Finding
         audit,
     ):
         spec.call(*args.values(), **case.params)
-    caller_key = _stream_key(caller)
-    unjoined = {k: n for k, n in audit.work.items() if k != caller_key and n > joined.get(k, 0)}
+    if audit.early is not None:
+        name, op = audit.early
+        return broken(
+            "streams joined",
+            f"it works on {name!r} ({op}) on a side stream that never waited for the "
+            f"caller's stream: a race with the caller's work. In an engine the graph "
+            f"segment just before the break writes {name!r} on the caller's stream, and "
+            f"the side stream may read it before that write lands (or write it while the "
+            f"segment still reads it). Start the side stream's work with "
+            f"side.wait_stream(torch.cuda.current_stream()).",
+        )
+    unjoined = {k: n for k, n in audit.work.items() if k != audit.caller and n > joined.get(k, 0)}
     if not unjoined:
         return None
     ops = sum(n - joined.get(k, 0) for k, n in unjoined.items())
@@ -962,6 +1214,7 @@ def check_concurrent_global_capture(loaded: LoadedSpec, case: Case, device: str)
 # Order matters only for reading: each check reports independently of the others, except
 # that an op leaving work unjoined is judged on that alone (see RACED).
 CHECKS: tuple[tuple[str, Check], ...] = (
+    (NONDETERMINISTIC, check_deterministic),
     ("index bounds", check_index_bounds),
     ("unique indices", check_duplicate_indices),
     ("declared writes", check_declared_writes),
@@ -976,7 +1229,8 @@ CHECKS: tuple[tuple[str, Check], ...] = (
 
 # The checks that judge the values an op leaves in its outputs. Those values race with work
 # the op left on an unjoined stream, so on a GPU they may look wrong or stale when only the
-# join is missing (the H200 showed both); the join is then the one part reported.
+# join is missing (the H200 showed both); the join is then the one part reported. An op
+# that is not deterministic fails them all by chance; that is then the one part reported.
 RACED = ("declared writes", "layouts", "no state across calls", "sizes in one pool")
 PARTS = frozenset(part for part, _ in CHECKS)
 # The checks that feed an index argument a value the spec allows but draws seldom.
@@ -1030,8 +1284,9 @@ def diagnose(loaded: LoadedSpec, device: str, examples: int = 5, seed: int = 0) 
         run()
     finally:
         _CALLED.pop(id(loaded.spec), None)
-    if UNJOINED in found:
-        for part in RACED:
+    if UNJOINED in found or NONDETERMINISTIC in found:
+        # Work left on an unjoined stream makes the op's answers vary too.
+        for part in (*RACED, *((NONDETERMINISTIC,) if UNJOINED in found else ())):
             found.pop(part, None)
     if "no state across calls" in found:
         # State one call leaves for the next at one size explains what sizes share too.

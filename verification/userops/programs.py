@@ -284,6 +284,7 @@ def user_op(loaded: LoadedSpec) -> UserOp:
         "rtol": spec.rtol,
         "atol": spec.atol,
         "params": lambda metas: st.fixed_dictionaries(dict(spec.params)),
+        "untrusted": True,
     }
     if isinstance(spec.returns, str):
         index = list(spec.args).index(spec.returns)

@@ -178,6 +178,24 @@ def test_an_unjoined_op_is_judged_on_the_join_alone(monkeypatch, bcg_device):
     assert [v.violation for v in violations] == kept
 
 
+def test_an_op_that_is_not_deterministic_is_judged_without_the_checks_that_compare_values(
+    monkeypatch, bcg_device
+):
+    # Values that change from call to call fail every comparison by chance.
+    from verification.userops import contract as opcontract
+
+    def every_part_but_the_join_fails(part):
+        if part == opcontract.UNJOINED:
+            return lambda loaded, case, device: None
+        return lambda loaded, case, device: opcontract.broken(part, "m")
+
+    fakes = tuple((part, every_part_but_the_join_fails(part)) for part, _ in opcontract.CHECKS)
+    monkeypatch.setattr(opcontract, "CHECKS", fakes)
+    violations = diagnose(load_spec("tests.faulty_ops:UNJOINED_STREAM"), bcg_device, examples=1)
+    kept = ["deterministic", "index bounds", "unique indices", "concurrent capture"]
+    assert [v.violation for v in violations] == kept
+
+
 def test_state_one_batch_size_leaves_for_another_is_named_as_a_capture_set_calls_the_op(
     bcg_device,
 ):
