@@ -168,6 +168,19 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       for t in vllm sglang piecewise_cuda_graphs; do
         step "certify_$t" 150 python3 -m verification certify --target "verification.targets.$t" --target-path .upstream --device cuda --no-sensitivity --out "$out/upstream-$t"
       done ;;
+    duties)
+      # A target guarding the collector and its capture threads itself, relying on its caller
+      # for a side stream: the correct one passes check all, each planted duty bug is found by
+      # its check, and the tests of both; then the pool check on vLLM's module, whose one
+      # 2 MiB segment against a one-graph capture reserving nothing is no finding now.
+      step duties_check_all_clean 150 python3 -m verification check all --target verification.planted.duty_targets --device cuda
+      mkdir -p /tmp/planted
+      for bug in collector_frozen_only:faults collector_enabled_on_exit:faults device_synced_per_segment:threads; do
+        printf 'from verification.planted.duty_targets import build\nglobals().update({k: v for k, v in vars(build(%s)).items() if k != "__name__"})\n' "'${bug%%:*}'" >"/tmp/planted/duty_${bug%%:*}.py"
+        step "duties_${bug%%:*}" 90 env PYTHONPATH="$PYTHONPATH:/tmp/planted" python3 -m verification check "${bug##*:}" --target "duty_${bug%%:*}" --device cuda --examples 25
+      done
+      step duties_tests 200 python3 -m pytest -q -p no:cacheprovider -n 4 --bcg-device=cuda -rfE tests/harness/properties/test_declared_duties.py tests/harness/properties/test_caller_duties.py tests/harness/properties/test_pool.py
+      step duties_vllm_pool 150 python3 -m verification check pool --target verification.targets.vllm --target-path .upstream --device cuda ;;
     sweep) step capture_sweep 400 python3 -m bench.capture_sweep --layers 8 32 --out "$out/capture_sweep" ;;
     memory)
       step memory_accounting 200 env OUT="$out" python3 -m bench.probes.memory_accounting

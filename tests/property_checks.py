@@ -6,6 +6,7 @@ a child process, since its bug may leave a stream capturing for the rest of the 
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,6 @@ from hypothesis import settings
 
 from tests.child_env import child_env
 from verification.findings import Finding
-from verification.planted.property_targets import build
 from verification.properties.base import CheckResult, property_finding
 from verification.properties.processes import run_properties
 from verification.targets import load_target
@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CI_CYCLES = 30
 
 
-def _in_child(prop: str, variant: str, kind: str, tmp_path: Path) -> list[Finding]:
+def _in_child(prop: str, variant: str, kind: str, tmp_path: Path, planted: str) -> list[Finding]:
     module = tmp_path / f"planted_{variant}.py"
     module.write_text(
-        "from verification.planted.property_targets import build\n"
+        f"from verification.planted.{planted} import build\n"
         f"globals().update({{k: v for k, v in vars(build({variant!r})).items() if k != '__name__'}})\n"
     )
     env = child_env(tmp_path)
@@ -64,14 +64,26 @@ def _in_child(prop: str, variant: str, kind: str, tmp_path: Path) -> list[Findin
 
 
 def check(
-    prop: str, variant: str | None, kind: str, tmp_path: Path, *, first: bool = False
+    prop: str,
+    variant: str | None,
+    kind: str,
+    tmp_path: Path,
+    *,
+    first: bool = False,
+    planted: str = "property_targets",
 ) -> list[Finding]:
-    """The findings of ``prop`` on the library (``variant`` None) or a planted copy; with
-    ``first``, on the simulator, the check stops at its first failing finding, unshrunk (on a
-    GPU the child process runs the whole check, whose findings include that one)."""
+    """The findings of ``prop`` on the library (``variant`` None) or a planted copy of the
+    module ``planted`` of :mod:`verification.planted` (``duty_targets``: its clean target for
+    ``variant`` None); with ``first``, on the simulator, the check stops at its first failing
+    finding, unshrunk (on a GPU the child process runs the whole check, whose findings include
+    that one)."""
     if variant is not None and kind == "cuda":
-        return _in_child(prop, variant, kind, tmp_path)
-    target = load_target("breakable_cudagraph" if variant is None else build(variant))
+        return _in_child(prop, variant, kind, tmp_path, planted)
+    build = importlib.import_module(f"verification.planted.{planted}").build
+    if variant is None and planted == "property_targets":
+        target = load_target("breakable_cudagraph")
+    else:
+        target = load_target(build(variant))
     results: list[CheckResult] = run_properties(
         prop, target, kind, settings.default.max_examples, cycles=CI_CYCLES, verdict_only=first
     )

@@ -45,6 +45,7 @@ def two_planted(tmp_path, monkeypatch):
     monkeypatch.setattr(sensitivity, "RUNNER_MODULE", "no_runner_bugs")
     monkeypatch.setattr(sensitivity, "FUZZ_MODULES", ("two_planted",))
     monkeypatch.setattr(sensitivity, "PROPERTY_MODULE", "two_planted_properties")
+    monkeypatch.setattr(sensitivity, "DUTY_MODULE", "no_runner_bugs")
     monkeypatch.setattr(sensitivity, "FUZZ_EXAMPLES", 10)
     yield
     sys.modules.pop("two_planted", None)
@@ -91,7 +92,12 @@ def test_sensitivity_keeps_the_planted_targets_empty_graph_warnings_to_itself(
 
 def test_the_planted_targets_ship_with_the_package():
     # certify from a non-editable install measures sensitivity: nothing it runs is in tests/.
-    modules = (*sensitivity.FUZZ_MODULES, sensitivity.PROPERTY_MODULE, sensitivity.RUNNER_MODULE)
+    modules = (
+        *sensitivity.FUZZ_MODULES,
+        sensitivity.PROPERTY_MODULE,
+        sensitivity.DUTY_MODULE,
+        sensitivity.RUNNER_MODULE,
+    )
     assert all(name.startswith("verification.planted.") for name in modules)
 
 

@@ -31,6 +31,7 @@ def aborting_planted(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(sensitivity, "FUZZ_MODULES", ("aborting_planted",))
     monkeypatch.setattr(sensitivity, "PROPERTY_MODULE", "no_more_planted")
+    monkeypatch.setattr(sensitivity, "DUTY_MODULE", "no_more_planted")
     monkeypatch.setattr(sensitivity, "RUNNER_MODULE", "no_more_planted")
     monkeypatch.setattr(sensitivity, "FUZZ_EXAMPLES", 10)
     monkeypatch.setenv("BCG_CACHE_DIR", str(tmp_path / "cache"))

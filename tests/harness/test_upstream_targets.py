@@ -124,6 +124,17 @@ def test_weak_ref_stand_in_is_a_plain_non_owning_tensor_as_from_blob_makes(bcg_d
         upstream.weak_ref_tensor(torch.ones(2))
 
 
+def test_weak_ref_stand_in_allocates_nothing_as_from_blob_allocates_nothing(bcg_device):
+    # vLLM's wrapper builds its weak references while a capture segment is open: a byte
+    # allocated there would reserve a 2 MiB graph-pool segment vLLM itself never reserves.
+    x = torch.randn(64, device=bcg_device)
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.max_memory_allocated()
+    alias = upstream.weak_ref_tensor(x)
+    assert torch.cuda.max_memory_allocated() == before
+    assert alias.data_ptr() == x.data_ptr()
+
+
 def test_capture_status_stand_in_is_answered_by_the_simulator(bcg_kind, bcg_device):
     if bcg_kind != "sim":
         pytest.skip("on a GPU cuda-python answers")

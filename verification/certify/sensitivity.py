@@ -4,8 +4,8 @@ count the hits.
 
 Fuzz targets (``targets``, ``vllm_minimal``, ``library_targets``: ``BUGS`` and ``build(bug)``)
 run the differential campaign with up to :data:`FUZZ_EXAMPLES` examples each; property targets
-(``property_targets``: ``BUGS`` maps each bug to the property that must find it;
-``runner_targets``: each for the runner property) run that property with the ``ci`` budget
+(``property_targets`` and ``duty_targets``: ``BUGS`` maps each bug to a description and
+the property that must find it; ``runner_targets``: each for the runner property) run that property with the ``ci`` budget
 the suite proves each is found within. The question is only whether the check fails, so each
 stops at its first failing finding, unshrunk. The planted targets ship with the package, so
 this measures from any install.
@@ -53,6 +53,8 @@ FUZZ_MODULES = (
     "verification.planted.library_targets",
 )
 PROPERTY_MODULE = "verification.planted.property_targets"
+# A target guarding some of its caller's duties itself, with a bug in one: the same form.
+DUTY_MODULE = "verification.planted.duty_targets"
 # The runner's planted bugs, each for the runner property.
 RUNNER_MODULE = "verification.planted.runner_targets"
 # A cap, not a cost: a campaign stops at its first finding. At 25 examples
@@ -80,11 +82,11 @@ def planted_targets() -> list[Planted]:
     for name in FUZZ_MODULES:
         module = importlib.import_module(name)
         found += [Planted(f"{name}:{bug}", "fuzz", name, bug) for bug in module.BUGS]
-    module = importlib.import_module(PROPERTY_MODULE)
-    found += [
-        Planted(f"{PROPERTY_MODULE}:{bug}", prop, PROPERTY_MODULE, bug)
-        for bug, (_, prop, _) in module.BUGS.items()
-    ]
+    for name in (PROPERTY_MODULE, DUTY_MODULE):
+        module = importlib.import_module(name)
+        found += [
+            Planted(f"{name}:{bug}", entry[1], name, bug) for bug, entry in module.BUGS.items()
+        ]
     module = importlib.import_module(RUNNER_MODULE)
     found += [
         Planted(f"{RUNNER_MODULE}:{bug}", "runner", RUNNER_MODULE, bug) for bug in module.BUGS

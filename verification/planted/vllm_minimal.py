@@ -110,12 +110,12 @@ class _Capture:
         # The collector must not free an earlier graph mid-capture (the faults check); an
         # engine may instead keep it off around all its captures. This stand-in borrows the
         # library's counted pause rather than writing a second one.
-        collector.pause()
+        self._pause_collector()
         self._entry = ambient.record()
         try:
             self._open_segment()  # first: a capture_begin that raises leaves nothing active
         except BaseException:
-            collector.resume()
+            self._resume_collector()
             raise
         _active.capture = self
         return self
@@ -136,7 +136,14 @@ class _Capture:
                 ) from self._step_error
         finally:
             _active.capture = None
-            collector.resume()
+            self._resume_collector()
+
+    # The collector guard, apart so that a variant can guard it otherwise.
+    def _pause_collector(self) -> None:
+        collector.pause()
+
+    def _resume_collector(self) -> None:
+        collector.resume()
 
     def _open_segment(self) -> None:
         graph = torch.cuda.CUDAGraph()

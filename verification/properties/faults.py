@@ -12,7 +12,8 @@ block (a fallback to another kernel) must make the capture refuse to close, or r
 at capture: never a capture silently cut short. A warning ``capture_end`` raises must reach
 the caller, and its graph must still replay. An
 earlier capture freed by the cyclic collector while a capture is open must not break it (the
-target keeps the collector off while capturing), and the collector must be on again after.
+target keeps the collector off while capturing), and the collector must be on again after;
+a caller that turned it off finds it still off after a capture.
 Under a contract whose caller freezes the collector (vLLM's, SGLang's), the checker freezes it
 as that runner does, and a target that breaks without it gets a ``caller-duty`` note.
 
@@ -569,6 +570,42 @@ def collector_scenario_problem(config: CheckConfig, caller_freezes: bool) -> str
     return None
 
 
+def collector_kept_off_problem(config: CheckConfig) -> str | None:
+    """A caller that turned the collector off before a capture finds it off after the capture
+    closes: an engine keeps it off around its whole capture loop (vLLM's
+    ``freeze_gc_for_cudagraph_capture`` restores the caller's setting either way), so a target
+    that turns it on as a capture closes leaves the engine's next captures unguarded. Checked
+    whoever guards the collector: a target that touches the collector must put it back."""
+    target = config.target
+
+    @target.eager_break_during_capture
+    def halve(t: torch.Tensor) -> None:
+        t.mul_(0.5)
+
+    was_on = gc.isenabled()
+    x = torch.randn(8, device=config.device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    gc.disable()
+    try:
+        with torch.cuda.stream(side), target.BreakableCUDAGraphCapture():
+            halve(x * 2)
+        if gc.isenabled():
+            return (
+                "the cyclic collector was on after a capture closed, where its caller had "
+                "turned it off before the capture opened: put back the caller's setting, not "
+                "'on' (an engine keeps it off around its whole capture loop, and its next "
+                "capture would run with the collector free to free a graph mid-capture)"
+            )
+        return None
+    finally:
+        torch.cuda.current_stream().wait_stream(side)
+        if was_on:
+            gc.enable()
+        else:
+            gc.disable()
+
+
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
     """Re-checks one finding's program (a reproducer calls this)."""
     return _fault_problem(
@@ -606,7 +643,7 @@ def check(config: CheckConfig) -> CheckResult:
         # the collector) instead of failing it, under contracts that carry that duty.
         duties: list[str] = []
         collector = functools.partial(collector_problem, notes=duties)
-        for fixed in (warning_problem, caught_break_problem, collector):
+        for fixed in (warning_problem, caught_break_problem, collector, collector_kept_off_problem):
             found.fixed(fixed)
         strategy = st.tuples(
             program_strategy(config),

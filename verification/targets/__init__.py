@@ -4,7 +4,8 @@ A target exposes ``BreakableCUDAGraphCapture`` (a capture context manager taking
 with ``add_eager``, ``replay`` and ``current``) and ``eager_break_during_capture`` (the
 break decorator). :func:`load_target` checks those names and raises
 :class:`~verification.errors.UsageError` naming whatever is missing. The target's break
-contract is the one it declares (see :mod:`verification.targets.contracts`) unless overridden. A
+contract is the one it declares (see :mod:`verification.targets.contracts`) unless overridden,
+and the caller duties it declares it fulfils itself (``GUARDS``) are checked as it loads. A
 target that promises to keep no capture intermediate it was given alive declares
 :data:`RELEASE_DECLARATION`; holding one is then a bug, not memory held. Optional features
 are read where a check needs them: a target exposing :data:`CAPTURE_SET` (a batch-size sweep
@@ -20,7 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from verification.errors import UsageError
-from verification.targets.contracts import Contract, caller_duties, declared_contract, get_contract
+from verification.targets.contracts import (
+    Contract,
+    caller_duties,
+    declared_contract,
+    get_contract,
+    guarded_duties,
+)
 
 DEFAULT_TARGET = "breakable_cudagraph"
 REQUIRED_CAPTURE_METHODS = ("add_eager", "replay", "current")
@@ -126,6 +133,9 @@ def load_target(target: str | Any = DEFAULT_TARGET, contract: str | None = None)
         raise UsageError(
             f"target {name!r} lacks {', '.join(missing)}; it is not a breakable capture library"
         )
+    guarded_duties(
+        module, name
+    )  # an unknown duty's name is the user's to fix, before any check runs
     default_import = f"import {name} as target" if isinstance(target, str) else ""
     return Target(
         name=name,

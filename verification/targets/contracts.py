@@ -9,8 +9,10 @@ tensor at all (None, or host values), and a target that raises on one is right
 the engine's caller guarantees (:data:`DUTIES`): vLLM's and SGLang's runners freeze the
 collector around captures, capture from one thread at a time, and only from a stream of their
 own (``graph_capture``'s), so the harness does the same for targets judged by them, and a
-target's reliance on a duty is a note, not a bug. A target that declares :data:`GUARDS_ITSELF`
-is tested without them. A target declares its contract with a module attribute
+target's reliance on a duty is a note, not a bug. A target declares the duties it fulfils
+itself (:data:`GUARDS`, e.g. ``GUARDS = ("collector",)``; ``GUARDS_ITSELF = True`` for all): the
+harness does only the rest for it, and checks the declared ones as any other behaviour. A
+target declares its contract with a module attribute
 (:data:`DECLARATION`); undeclared targets are judged by ``out-buffer``, the contract of
 upstream vLLM.
 """
@@ -34,7 +36,10 @@ DUTIES: dict[str, str] = {
     ONE_CAPTURING_THREAD: "capture from one thread at a time",
     SIDE_STREAM: "capture from a stream of its own, never from the default stream",
 }
-# ``GUARDS_ITSELF = True``: the target needs none of its caller's duties (this library).
+# ``GUARDS = ("collector", "one-capturing-thread")``: the duties of :data:`DUTIES` the target
+# fulfils itself, so that the harness leaves them to it (and a failure of one is its bug).
+GUARDS = "GUARDS"
+# ``GUARDS_ITSELF = True``: shorthand for every duty (this library).
 GUARDS_ITSELF = "GUARDS_ITSELF"
 
 
@@ -125,9 +130,33 @@ def declared_contract(module: Any) -> Contract:
     return CONTRACTS[DEFAULT_CONTRACT]
 
 
+def guarded_duties(module: Any, name: str | None = None) -> tuple[str, ...]:
+    """The duties ``module`` declares it fulfils itself (:data:`GUARDS`, or all of them under
+    :data:`GUARDS_ITSELF`); :class:`UsageError` naming the duties for a name not among them
+    (``name`` is the target's, for that message)."""
+    if getattr(module, GUARDS_ITSELF, False) is True:
+        return tuple(DUTIES)
+    declared = getattr(module, GUARDS, ())
+    names = (declared,) if isinstance(declared, str) else declared
+    try:
+        names = tuple(names)
+    except TypeError:
+        names = (declared,)
+    where = "the target" if name is None else f"target {name!r}"
+    for duty in names:
+        if duty not in DUTIES:
+            raise UsageError(
+                f"{where} declares {GUARDS} with an unknown caller duty {duty!r}; the duties "
+                f"are {', '.join(DUTIES)}"
+            )
+    return names
+
+
 def caller_duties(module: Any, contract: Contract) -> tuple[str, ...]:
-    """The duties the harness fulfils for ``module``: none where it guards itself."""
-    return () if getattr(module, GUARDS_ITSELF, False) is True else contract.caller_duties
+    """The duties the harness fulfils for ``module``: its contract's caller's, less those it
+    guards itself."""
+    guarded = guarded_duties(module)
+    return tuple(duty for duty in contract.caller_duties if duty not in guarded)
 
 
 @contextlib.contextmanager

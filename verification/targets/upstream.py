@@ -238,7 +238,10 @@ def weak_ref_tensor(tensor: Any) -> Any:
     storage = torch._C._construct_storage_from_data_pointer(
         tensor.data_ptr(), tensor.device, nbytes
     )
-    plain = torch.empty((), dtype=tensor.dtype, device=tensor.device)
+    # Empty, so that it allocates nothing: from_blob allocates nothing, and vLLM's wrapper
+    # calls this while a capture segment is open, where one byte would reserve a 2 MiB
+    # segment of the graph pool that vLLM's own code never reserves.
+    plain = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
     return plain.set_(storage, 0, tuple(tensor.shape), tuple(tensor.stride()))
 
 

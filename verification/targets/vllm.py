@@ -29,6 +29,12 @@ from verification.targets import upstream
 MODULE = "vllm.compilation.breakable_cudagraph"
 RELATIVE = "compilation/breakable_cudagraph.py"
 BREAK_CONTRACT = "out-buffer"
+# What the module guards itself of its runner's duties: nothing. It never touches the collector
+# (the wrapper's gc.collect before a capture is cleanup; gpu_model_runner's
+# freeze_gc_for_cudagraph_capture turns it off), it keeps one open capture per thread but lets
+# threads capture side by side in torch's global mode, and it captures on the current stream,
+# which graph_capture() makes a stream of the runner's own.
+GUARDS: tuple[str, ...] = ()
 
 
 def _unavailable(what: str) -> Callable[..., Any]:

@@ -1,11 +1,20 @@
 """Property 1, memory-pool reuse: the library holds it, and the checker finds a private pool
-per segment, closures kept alive forever, and reports strongly held arguments as memory held."""
+per segment, closures kept alive forever, and reports strongly held arguments as memory held.
+Against a one-graph capture that reserves nothing, a chain is judged by bytes: one allocator
+segment is granularity, a segment per break is a cost."""
 
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
+
+import torch
 
 from tests.property_checks import check, failing
+from verification.ops.spec import TensorMeta
+from verification.planted import vllm_minimal
+from verification.programs import Program, Step
+from verification.properties import pool
 from verification.properties.base import CheckConfig
 from verification.properties.pool import out_of_order_demonstration
 from verification.targets import load_target
@@ -97,3 +106,52 @@ def test_a_drawn_program_the_target_raises_on_is_a_finding_not_a_crash(bcg_kind,
     problem = example(drawn, {}, config)
     assert problem is not None and "the target raised AssertionError" in problem, problem
     assert not torch.cuda.is_current_stream_capturing()
+
+
+# A program whose only step is a break on an input: captured as one graph, it allocates
+# nothing in its pool, so a ratio to it would make any byte a chain reserves a finding.
+_NOTHING_IN_THE_POOL = Program(
+    (TensorMeta((64,), torch.float32),), (Step("do_nothing", (0,), (), True),), (0,)
+)
+
+
+def _placeholder_in_each_segment(private_pools: bool) -> SimpleNamespace:
+    """vLLM's minimal target allocating a placeholder tensor as each segment opens (as a weak
+    reference built over ``torch.empty(())`` inside a capture does), each segment in a pool of
+    its own where ``private_pools``."""
+
+    class Capture(vllm_minimal._Capture):
+        def _open_segment(self) -> None:
+            if private_pools:
+                self.pool = torch.cuda.graph_pool_handle()
+            super()._open_segment()
+            torch.empty((), device="cuda")  # a few bytes, freed at once, in the segment's pool
+
+    clean = vllm_minimal.build()
+    return SimpleNamespace(**{**vars(clean), "BreakableCUDAGraphCapture": Capture})
+
+
+def _ratio(target: SimpleNamespace, kind: str, device: str) -> str | None:
+    config = CheckConfig(load_target(target), kind, device, 1)
+    return pool._ratio_problem(_NOTHING_IN_THE_POOL, config, [])
+
+
+def test_one_allocator_segment_against_a_one_graph_capture_reserving_nothing_is_no_finding(
+    bcg_kind, bcg_device
+):
+    # The placeholder reserves one 2 MiB segment where the one-graph capture reserves none: the
+    # allocator's granularity, not a cost of the breaks.
+    assert _ratio(_placeholder_in_each_segment(private_pools=False), bcg_kind, bcg_device) is None
+
+
+def test_a_segment_per_break_against_a_one_graph_capture_reserving_nothing_is_found_in_bytes(
+    bcg_kind, bcg_device
+):
+    problem = _ratio(_placeholder_in_each_segment(private_pools=True), bcg_kind, bcg_device)
+    assert problem is not None
+    assert problem.startswith(
+        "a capture with 1 breaks reserves 4194304 bytes of graph pool where the same program "
+        "captured as one graph reserves 0: 2097152 bytes more than the one 2097152-byte "
+        "allocator segment that any allocation inside a capture reserves"
+    ), problem
+    assert "x the" not in problem  # no ratio to nothing

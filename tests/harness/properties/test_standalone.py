@@ -25,6 +25,7 @@ FIXED = {
     "warning": faults.warning_problem,
     "caught-break": faults.caught_break_problem,
     "collector": faults.collector_problem,
+    "collector-kept-off": faults.collector_kept_off_problem,
     "decorator-identity": nested._decorator_identity_problem,
     "nested-decorated": nested._nested_decorated_problem,
     "foreign-add-eager": threads.foreign_add_eager_problem,
