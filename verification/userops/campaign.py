@@ -183,6 +183,21 @@ def _as_replayed(fn: Callable[..., Any]) -> Callable[..., Any]:
     return replayed
 
 
+def _eager_runs_differ(
+    program: Program, table: dict, seed: int, device: str, kind: DeviceKind
+) -> str | None:
+    """Where two eager runs of ``program`` on the same inputs differ, each building its
+    break callables afresh (a user op's module freshly imported), or None."""
+    tol = program_tolerance(program, table)
+    runs = [run_eager(program, table, make_inputs(program, seed, device), seed, kind)]
+    runs.append(run_eager(program, table, make_inputs(program, seed, device), seed, kind))
+    for index, (a, b) in enumerate(zip(*runs)):
+        problem = compare(a, b, tol)
+        if problem is not None:
+            return f"output {index}: {problem}"
+    return None
+
+
 def _ideal_replay_mismatch(
     program: Program, table: dict, seed: int, replays: int, device: str, kind: DeviceKind
 ) -> str | None:
@@ -337,6 +352,14 @@ def op_fault(
                         "at another's breaks: rebuild it when the sizes change, or pass it in"
                     )
         if finding.violation == "mismatch":
+            varies = _eager_runs_differ(program, table, finding.seed, device, kind)
+            if varies is not None:
+                return (
+                    "the op is not deterministic: two eager runs of the program on the same "
+                    f"inputs, each with the op freshly imported, already differ ({varies}), "
+                    "so no replay can equal an eager run. Make it deterministic (a stable "
+                    "order, a generator the caller seeds)"
+                )
             seen = _ideal_replay_mismatch(program, table, finding.seed, replays, device, kind)
             if seen is not None:
                 return (

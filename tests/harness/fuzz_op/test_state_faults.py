@@ -5,9 +5,16 @@ and the op runs again at every replay, at every size and dtype the engine captur
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.state_faults import CORRECT
+from verification.findings import TARGET_BUG, Finding
+from verification.ops.spec import TensorMeta
+from verification.programs import Program, Step
+from verification.targets import load_target
+from verification.userops.campaign import op_fault
 from verification.userops.contract import diagnose
+from verification.userops.programs import user_op
 from verification.userops.spec import load_spec
 
 REF = "tests.state_faults:"
@@ -38,3 +45,20 @@ def test_a_fault_that_shows_only_against_a_replay_is_named_for_its_cause(
     ((violation, message),) = _found(name, bcg_device)
     assert violation == part, message
     assert words in message, message
+
+
+def test_a_replay_that_differs_because_the_op_varies_is_the_ops_fault_not_the_targets(bcg_kind):
+    # A capture set replaying an op that is not deterministic differs from eager by chance;
+    # two eager runs differ as much, which names the op.
+    user = user_op(load_spec(REF + "PICK_RANDOM_TIE"))
+    program = Program(
+        (TensorMeta((6, 5), torch.int32), TensorMeta((6,), torch.int64)),
+        (
+            Step("opfit_int", (0,), (("low", 0), ("span", 2)), False),
+            Step(user.direct.name, (2, 1), (), True),
+        ),
+        (1,),
+    )
+    finding = Finding(TARGET_BUG, "fuzz", "differ", violation="mismatch", program=program, seed=0)
+    reason = op_fault(finding, [user], load_target("breakable_cudagraph"), bcg_kind, replays=2)
+    assert reason is not None and reason.startswith("the op is not deterministic"), reason
