@@ -35,6 +35,8 @@ KNOWN: dict[str, list[tuple[str, str, str]]] = {
         # V3 reached after an illegal call: the failed capture stays the thread's open one.
         ("properties", "target-bug", "Nested BreakableCUDAGraphCapture is not supported"),
         ("properties", "target-bug", "after a capture_begin torch refused"),  # V3 the same way
+        # Reached after V3 in the faults check's fresh process; seen, not yet analysed (README).
+        ("properties", "target-bug", "a fault at capture-end #0 came out as RuntimeError"),
         ("properties", "torch-limit", ""),
         # V5: a break called inside the region's own with-block replays without it.
         ("fuzz", "target-bug", "the target does not call it at replay under the state its region"),

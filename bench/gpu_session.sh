@@ -181,6 +181,11 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       done
       step duties_tests 200 python3 -m pytest -q -p no:cacheprovider -n 4 --bcg-device=cuda -rfE tests/harness/properties/test_declared_duties.py tests/harness/properties/test_caller_duties.py tests/harness/properties/test_pool.py
       step duties_vllm_pool 150 python3 -m verification check pool --target verification.targets.vllm --target-path .upstream --device cuda ;;
+    causes)
+      # Causes as values on the GPU: the nested-op raise named as such, a planted mismatch
+      # named at the break where replay parts from eager (run the upstream phase beside it:
+      # its certificates should list the simulator's causes, a nested-check SIGABRT merged).
+      step causes_tests 120 python3 -m pytest -q -p no:cacheprovider -n 0 --bcg-device=cuda -rfE tests/harness/test_root_causes.py tests/harness/test_divergence.py tests/harness/test_oracle.py ;;
     sweep) step capture_sweep 400 python3 -m bench.capture_sweep --layers 8 32 --out "$out/capture_sweep" ;;
     memory)
       step memory_accounting 200 env OUT="$out" python3 -m bench.probes.memory_accounting

@@ -4,7 +4,8 @@ The parent names a file (:data:`ENV` for a new interpreter, :func:`lay` in a for
 appends a line as each thread enters and leaves a target call (:func:`calling`) under the
 scenario it runs (:func:`scenario`), written straight to the file with no buffer, so a crash
 loses none. :func:`open_calls` reads back the calls left open, the place of the crash;
-:func:`first_error_line` picks what the crash said out of the child's stderr.
+:func:`first_error_line` picks what the crash said out of the child's stderr. A check marks
+the construct it exercises (:func:`construct`) as a call of its own, so that a crash names it.
 """
 
 from __future__ import annotations
@@ -70,13 +71,23 @@ def calling(call: str) -> Iterator[None]:
         _write("leave", call)
 
 
-def open_calls(path: str | Path) -> list[str]:
-    """Per thread, the scenario and the calls (outermost first) it had entered and not left:
-    "thread A, scenario S: capture > decorated break f"; empty when the file has none."""
+# How a construct's breadcrumb begins: the rest names the construct, as a cause names it.
+CONSTRUCT = "construct: "
+
+
+@contextlib.contextmanager
+def construct(words: str) -> Iterator[None]:
+    """Marks the block as exercising the construct ``words`` (``a nested capture``): a crash
+    inside it is blamed on that construct."""
+    with calling(CONSTRUCT + words):
+        yield
+
+
+def _open_stacks(path: str | Path) -> dict[str, list[tuple[str, str]]]:
     try:
         text = Path(path).read_text(errors="replace")
     except OSError:
-        return []
+        return {}
     stacks: dict[str, list[tuple[str, str]]] = {}
     for line in text.splitlines():
         parts = line.split("\t")
@@ -88,6 +99,24 @@ def open_calls(path: str | Path) -> list[str]:
             stack.append((where, call))
         elif stack:
             stack.pop()
+    return stacks
+
+
+def open_constructs(path: str | Path) -> list[str]:
+    """The constructs (:func:`construct`) left open when the child died, innermost first."""
+    found = [
+        call.removeprefix(CONSTRUCT)
+        for stack in _open_stacks(path).values()
+        for _, call in reversed(stack)
+        if call.startswith(CONSTRUCT)
+    ]
+    return list(dict.fromkeys(found))
+
+
+def open_calls(path: str | Path) -> list[str]:
+    """Per thread, the scenario and the calls (outermost first) it had entered and not left:
+    "thread A, scenario S: capture > decorated break f"; empty when the file has none."""
+    stacks = _open_stacks(path)
     return [
         f"thread {thread}, scenario {stack[-1][0]}: {' > '.join(call for _, call in stack)}"
         for thread, stack in stacks.items()

@@ -1,12 +1,13 @@
-"""Where an exception came from: the innermost frame of the code under test that it passed.
+"""Where an exception came from, and what a finding blames, as values.
 
-:func:`describe` spells an exception as its type and message followed by that frame,
-``AssertionError('x') [at vllm/compilation/breakable_cudagraph.py:201, in capture_begin]``,
-and :func:`raised_in` reads the frame back out of a finding's message, so that the frame
-survives every way a finding travels (a check's problem string, a child's JSON). Frames of
-torch, the standard library, hypothesis and the simulator only pass an error on; frames of the
-harness are the checker's own, except the planted targets and the adapters, which stand for
-the code under test. :func:`raised_by_harness` says whether the checker itself raised.
+:func:`describe` spells an exception as its type and message followed by the innermost frame
+of the code under test it passed, ``AssertionError('x') [at vllm/compilation/
+breakable_cudagraph.py:201, in capture_begin]``, and :func:`raised_in` reads the frame back
+out of a finding's message. A :class:`Cause` is what a finding blames: a kind of the closed
+list :data:`CAUSE_KINDS`, the construct, break or argument involved, and the target frame;
+findings are merged by comparing causes, never wording. Frames of torch, the standard library,
+hypothesis and the simulator only pass an error on; frames of the harness are the checker's
+own, except the planted targets and the adapters, which stand for the code under test.
 """
 
 from __future__ import annotations
@@ -170,87 +171,161 @@ def raised_in(message: str) -> Raised | None:
     return Raised(match["exception"], frame)
 
 
-# One bug in the words of the different checks and places that reach it, as data: each
-# pattern rewrites what only says where or how the bug was reached (a fault's point, the
-# place of a nested capture, a check's own wording of an argument that changed type) into
-# words that say which bug it is. A frame the message names stays: it tells two code paths
-# apart. Findings whose messages rewrite to the same words (numbers masked) are one cause.
-def _calls_words(called: str, expected: str) -> str:
-    """What a replay did to the breaks, from the steps it called and those it should have."""
-    calls = [int(n) for n in re.findall(r"\d+", called)]
-    wanted = [int(n) for n in re.findall(r"\d+", expected)]
-    more = any(calls.count(s) > wanted.count(s) for s in set(calls))
-    fewer = any(calls.count(s) < wanted.count(s) for s in set(wanted))
-    if more and fewer:
-        return "a replay ran other breaks in place of those the capture recorded"
-    if more:
-        return "a replay ran a break more often than the capture recorded it"
-    if fewer:
-        return "a replay left out a break the capture recorded"
-    return "a replay ran the breaks in another order than the capture recorded"
+def reentered(error: BaseException) -> bool:
+    """Whether ``error`` passed the code under test again after passing a break's own body
+    (an op the program runs as a break, compiled by the harness) that the code under test
+    had called: a decorated op called a decorated op on the way to the raise."""
+    under_test = False
+    in_break = False
+    for path, _, _ in _frames(error):
+        generated = path.name.startswith("<break op")
+        if generated and under_test:
+            in_break = True
+        elif not generated and not _passes_on(path) and not _in_harness(path):
+            if in_break:
+                return True
+            under_test = True
+    return False
 
 
-CAUSE_WORDS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
-    # The faults check: a fault at capture-begin and one at the pool handle that went through
-    # the same function of the target and left the same state are one missing cleanup.
-    (re.compile(r"a fault at [\w-]+ #\d+(?: \([\w.]+\))?"), "a fault"),
-    # A capture that refused to close after a break's error was caught is a fault at exit, and
-    # a capture_begin torch refused (a pool left recording) a fault at capture-begin.
-    (re.compile(r"a capture refused to close|a capture_begin torch refused"), "a fault"),
-    # The nested check: a target that does not refuse a nested capture lets it through (or
-    # leaves torch to refuse it) wherever the nested capture is opened.
-    (
-        re.compile(
-            r"^a nested capture \([\w-]+, before step \d+\) was "
-            r"(?:let through|refused only by torch's capture_begin)[^\n]*"
-        ),
-        "a nested capture was not refused by the target",
-    ),
-    # The fuzzer's and the pool check's words for a break handed another type at replay.
-    (
-        re.compile(
-            r"^(?:[^\n]*?: )?[^\n]+? given to a break reached it at replay as "
-            r"(?P<got>[^\n]+?), not as (?P<given>[^\n]+)$"
-        ),
-        r"a break was handed at replay \g<got>, not \g<given>",
-    ),
-    # Breaks a replay ran other than the capture recorded, in any check's words and whatever
-    # the program: which of them is the bug's kind (run again, left out, replaced, reordered).
-    (
-        re.compile(
-            r"^[^\n]*?(?:replay called break steps|break steps called(?: in order)?) "
-            r"\[(?P<called>[\d, ]*)\], expected (?:each of )?\[(?P<expected>[\d, ]*)\][^\n]*"
-        ),
-        lambda match: _calls_words(match["called"], match["expected"]),
-    ),
-    # A stream left capturing, as the faults check finds it or as another check trips over it.
-    (
-        re.compile(
-            r"^[^\n]*?(?:the caller's stream is (?:still|left) capturing|left the caller's "
-            r"stream capturing|the stream the capture ran on is still capturing)[^\n]*"
-        ),
-        "a capture leaves a stream capturing",
-    ),
-    # The threads check's scenarios, each of which may first see it: another thread is shown
-    # the capture this thread has open.
-    (
-        re.compile(r"^[^\n]*?current\(\) in another thread returned thread A's open capture[^\n]*"),
-        "another thread is shown the capture this thread has open",
-    ),
-    (
-        re.compile(r"^[^\n]*?ran \d+ times in one replay, expected once[^\n]*"),
-        "a replay ran a break more often than the capture recorded it",
-    ),
-    # What breaks is a namedtuple being one, whatever the program named its class.
-    (re.compile(r"namedtuple \w+"), "namedtuple"),
-)
+@dataclass(frozen=True)
+class CauseKind:
+    """One kind of cause: ``rank`` says how specific an explanation of this kind is (more is
+    more specific), ``words`` what it says of the target."""
+
+    name: str
+    rank: int
+    words: str
 
 
-def cause_words(message: str) -> str | None:
-    """``message``'s first line in the words of its cause (:data:`CAUSE_WORDS`), or None when
-    no pattern applies."""
-    first = message.splitlines()[0] if message else ""
-    words = first
-    for pattern, replacement in CAUSE_WORDS:
-        words = pattern.sub(replacement, words)
-    return None if words == first else words
+# The closed list of what a finding can blame: a new kind is one entry here. Kinds of rank 0
+# to 2 say only how the failure showed; the others say what the target did.
+CAUSE_KINDS: dict[str, CauseKind] = {
+    kind.name: kind
+    for kind in (
+        CauseKind("other", 0, "a check's own symptom"),
+        CauseKind("crash", 1, "the process died"),
+        CauseKind("raised", 2, "the target raised an exception"),
+        CauseKind("values", 3, "a replay computed other values than eager"),
+        CauseKind("calls", 4, "a replay called the breaks otherwise than the capture recorded"),
+        CauseKind("handed-otherwise", 4, "a break was handed other types at replay than given"),
+        CauseKind("ambient", 4, "a break ran at replay under other state than its region set"),
+        CauseKind("fault-cleanup", 4, "a fault inside the target left its state behind"),
+        CauseKind("stream-capturing", 4, "a capture leaves a stream capturing"),
+        CauseKind("thread-shown-capture", 4, "another thread is shown this thread's capture"),
+        CauseKind(
+            "capture-time-copy",
+            5,
+            "a break received at replay the copy of an argument made at capture, not the "
+            "caller's object",
+        ),
+        CauseKind("nested-op", 5, "a decorated op called a decorated op"),
+        CauseKind("nested-capture", 5, "a nested capture was not refused by the target"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Cause:
+    """What a finding blames, as a value: a kind of :data:`CAUSE_KINDS`, the construct, break
+    or argument involved (words without numbers or program names, so that two programs that
+    reach one bug agree), and the frame of the target with the exception raised there.
+
+    Two findings are one cause when they share a key (:meth:`keys`): the same exception from
+    the same frame, or the same construct involved, whatever words their checks chose."""
+
+    kind: str
+    involves: str = ""
+    frame: Frame | None = None
+    exception: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in CAUSE_KINDS:
+            raise ValueError(f"unknown cause kind {self.kind!r}; known: {', '.join(CAUSE_KINDS)}")
+
+    @property
+    def rank(self) -> tuple[int, bool, bool]:
+        """How specific an explanation it is: its kind's rank, then whether it names what is
+        involved, then whether it names a frame."""
+        return (CAUSE_KINDS[self.kind].rank, bool(self.involves), self.frame is not None)
+
+    def keys(self) -> tuple[tuple[str, ...], ...]:
+        """The values a finding of this cause is matched by; none for a bare symptom."""
+        keys: list[tuple[str, ...]] = []
+        if self.frame is not None:
+            keys.append(("raised", self.exception, self.frame.path, str(self.frame.line)))
+        if self.involves:
+            keys.append(("involves", self.involves))
+        elif self.frame is None and CAUSE_KINDS[self.kind].rank > 2:
+            keys.append(("kind", self.kind))
+        return tuple(keys)
+
+    def with_frame(self, raised: Raised | None) -> Cause:
+        """This cause with the frame ``raised`` names, where it names none of its own."""
+        if raised is None or self.frame is not None:
+            return self
+        return Cause(self.kind, self.involves, raised.frame, raised.exception)
+
+    def words(self) -> str:
+        """The cause in words: ``a decorated op called a decorated op (AssertionError at
+        mod.py:12, in fn)``."""
+        text = self.involves or CAUSE_KINDS[self.kind].words
+        if self.kind not in ("other", "raised", "crash", "values") and self.involves:
+            kind_words = CAUSE_KINDS[self.kind].words
+            text = kind_words if self.involves in kind_words else f"{kind_words}: {self.involves}"
+        if self.frame is not None:
+            text += f" ({self.exception or 'raised'} at {self.frame})"
+        return text
+
+    def as_json(self) -> dict[str, Any]:
+        frame = self.frame
+        return {
+            "kind": self.kind,
+            "involves": self.involves,
+            "exception": self.exception,
+            "frame": None if frame is None else [frame.path, frame.line, frame.function],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Cause:
+        frame = data.get("frame")
+        return cls(
+            str(data["kind"]),
+            str(data.get("involves", "")),
+            None if not frame else Frame(str(frame[0]), int(frame[1]), str(frame[2])),
+            str(data.get("exception", "")),
+        )
+
+
+class Problem(str):
+    """A check's problem in words that also carries its :class:`Cause`: a check may return it
+    wherever it returns a problem string, and the finding made of it keeps the cause."""
+
+    cause: Cause
+
+    def __new__(cls, text: str, cause: Cause) -> Problem:
+        made = super().__new__(cls, text)
+        made.cause = cause
+        return made
+
+    def prefixed(self, words: str) -> Problem:
+        """The same problem with ``words`` before it (where and how the check reached it)."""
+        return Problem(words + str(self), self.cause)
+
+
+def within(words: str, problem: str) -> str:
+    """``problem`` with ``words`` before it, keeping the cause it carries."""
+    return problem.prefixed(words) if isinstance(problem, Problem) else words + problem
+
+
+def cause_of(problem: str) -> Cause | None:
+    """The cause a problem string carries (a :class:`Problem`), or None."""
+    return problem.cause if isinstance(problem, Problem) else None
+
+
+def raised_cause(error: BaseException, kind: str = "raised", involves: str = "") -> Cause:
+    """The cause of ``error``: ``kind`` (``nested-op`` where a decorated op called a decorated
+    op on the way to the raise), and the target frame it came from."""
+    if kind == "raised" and reentered(error):
+        kind, involves = "nested-op", CAUSE_KINDS["nested-op"].words
+    return Cause(kind, involves, target_frame(error), type(error).__name__)

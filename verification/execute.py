@@ -242,6 +242,9 @@ class BreakLog:
         self._named: int | None = None
         self._last = -1
         self._depth = 0
+        # Set to explain a mismatch (verification.divergence.Recorder): keeps each call's
+        # arguments and result, which the log otherwise records only as pointers and types.
+        self.recorder: Any = None
 
     def at(self, step: int, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` (a shared function) called for ``step``."""
@@ -274,11 +277,14 @@ class BreakLog:
                 self.structures.append((here, call_structure(args, kwargs, self.owned)))
                 self.seen.append((here, ambient_seen()))
                 self._last = here
+            record = self.recorder.before(here, fn, args, kwargs) if top and self.recorder else None
             self._depth += 1
             try:
                 result = fn(*args, **kwargs)
             finally:
                 self._depth -= 1
+            if record is not None:
+                self.recorder.after(record, args, kwargs, result)
             if top and watch_alias:
                 self.aliased.append((here, _aliases(result, args, kwargs)))
             return result

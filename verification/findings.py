@@ -3,9 +3,10 @@ the op the program ran, or the harness itself.
 
 Every :class:`Finding` carries one of the kinds of :data:`FINDING_KINDS`. Only kinds with
 ``fails_certificate`` fail a target's certificate; others are reported and explained.
-A new kind is one entry of :data:`FINDING_KINDS`. A finding also carries the signature of its
-cause (:attr:`Finding.cause`), and :func:`root_causes` merges the findings of one cause, by
-whichever checks they came, into one :class:`RootCause`: a bug is counted and listed once.
+A new kind is one entry of :data:`FINDING_KINDS`. A finding also carries its cause as a value
+(:attr:`Finding.cause`, a :class:`~verification.causes.Cause`), and :func:`root_causes` merges
+the findings whose causes match, by whichever checks and in whatever words they came, into one
+:class:`RootCause` that shows the most specific explanation: a bug is counted and listed once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from verification.causes import cause_words, raised_in
+from verification.causes import Cause, raised_in
 from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK
 from verification.programs import Program
 from verification.search import symptom
@@ -124,7 +125,8 @@ class Finding:
     (``mismatch``, ``break-count``, a contract part), None when the check is the property.
     ``program`` is the (shrunk) example when there is one, ``seed`` its input seed,
     ``replay_index`` and ``index`` the replay and the output or step it concerns, and
-    ``scenario`` a property's witness (threads, streams, pools) beyond the program.
+    ``scenario`` a property's witness (threads, streams, pools) beyond the program, and
+    ``explained`` the cause the check named, where it named one (:attr:`cause`).
     """
 
     kind: str
@@ -136,6 +138,7 @@ class Finding:
     replay_index: int | None = None
     index: int | None = None
     scenario: tuple[tuple[str, Any], ...] = ()
+    explained: Cause | None = None
 
     @property
     def fails(self) -> bool:
@@ -149,24 +152,28 @@ class Finding:
         return None if raised is None else str(raised.frame)
 
     @property
-    def cause(self) -> tuple[str, ...]:
-        """The signature of the cause: findings with equal signatures are one bug.
-
-        An exception is its type and the frame of the code under test that raised it, whatever
-        check reached it and whatever it was doing then; a message some check words as another
-        does (:data:`~verification.causes.CAUSE_WORDS`) is those words; a program's violation is the violation
-        and the shrunk program's shape; anything else is its check and its symptom."""
+    def cause(self) -> Cause:
+        """What the finding blames: the cause its check named, with the frame of the target
+        that raised where the message names one; else the exception and its frame; else only
+        a symptom (kind ``other``), matched by the check and its words (:meth:`keys`)."""
         raised = raised_in(self.message)
+        if self.explained is not None:
+            return self.explained.with_frame(raised)
         if raised is not None:
-            frame = raised.frame
-            return (self.kind, "raised", raised.exception, frame.path, str(frame.line))
-        words = cause_words(self.message)
-        if words is not None:
-            return (self.kind, "words", symptom(words))
-        if self.program is not None and self.violation is not None:
-            shape = " ".join(f"{s.op}{'!' if s.brk else ''}" for s in self.program.steps)
-            return (self.kind, self.violation, shape)
-        return (self.kind, self.check, symptom(self.message))
+            return Cause("raised", frame=raised.frame, exception=raised.exception)
+        return Cause("other")
+
+    def keys(self) -> tuple[tuple[str, ...], ...]:
+        """The values this finding is merged by: its cause's; for a bare symptom, its check
+        and symptom, or a program's violation and the shrunk program's shape."""
+        keys = self.cause.keys()
+        if not keys:
+            if self.program is not None and self.violation is not None:
+                shape = " ".join(f"{s.op}{'!' if s.brk else ''}" for s in self.program.steps)
+                keys = ((self.violation, shape),)
+            else:
+                keys = ((self.check, symptom(self.message)),)
+        return tuple((self.kind, *key) for key in keys)
 
     def summary(self) -> str:
         if self.violation is None:
@@ -178,14 +185,15 @@ class Finding:
 
 @dataclass(frozen=True)
 class RootCause:
-    """One bug: the first finding of its cause and every other finding of the same cause."""
+    """One bug: ``finding``, the most specific explanation any check gave of it (the first
+    found among equals), and every other finding of the same cause."""
 
     finding: Finding
     others: tuple[Finding, ...] = ()
 
     @property
     def seen_through(self) -> list[str]:
-        """Every check that reached it, the first one first, each once."""
+        """Every check that reached it, the one shown first, each once."""
         return list(dict.fromkeys(f.check for f in (self.finding, *self.others)))
 
     def also_line(self) -> str | None:
@@ -196,11 +204,31 @@ class RootCause:
 
 
 def root_causes(findings: Iterable[Finding]) -> list[RootCause]:
-    """The findings grouped by cause (:attr:`Finding.cause`), in the order first found."""
-    groups: dict[tuple[str, ...], list[Finding]] = {}
-    for finding in findings:
-        groups.setdefault(finding.cause, []).append(finding)
-    return [RootCause(group[0], tuple(group[1:])) for group in groups.values()]
+    """The findings grouped by cause, in the order first found: two findings are one cause
+    when they share a key (:meth:`Finding.keys`), directly or through a third."""
+    found = list(findings)
+    group_of: list[int] = list(range(len(found)))
+
+    def root(i: int) -> int:
+        while group_of[i] != i:
+            group_of[i] = group_of[group_of[i]]
+            i = group_of[i]
+        return i
+
+    first_with: dict[tuple[str, ...], int] = {}
+    for number, finding in enumerate(found):
+        for key in finding.keys():
+            other = first_with.setdefault(key, number)
+            a, b = sorted((root(number), root(other)))
+            group_of[b] = a
+    groups: dict[int, list[Finding]] = {}
+    for number, finding in enumerate(found):
+        groups.setdefault(root(number), []).append(finding)
+    causes = []
+    for group in groups.values():
+        shown = max(group, key=lambda f: f.cause.rank)  # max keeps the first among equals
+        causes.append(RootCause(shown, tuple(f for f in group if f is not shown)))
+    return causes
 
 
 def exit_status(findings: Iterable[Finding]) -> int:

@@ -4,7 +4,8 @@
 fresh inputs and compares every replay with an eager run on the same inputs: outputs
 (bitwise with NaN == NaN, or within the program's declared tolerance) and the break log
 (one call per break step, in order, on the capture-time buffers). The first violation is
-returned as a :class:`Finding`; an exception from the eager reference is a harness bug
+returned as a :class:`Finding`, with its cause as a value; a mismatch names the first place
+where the replay parts from eager (:mod:`verification.divergence`). An exception from the eager reference is a harness bug
 and raises :class:`InvalidProgram`. A replay that raises an error naming a break whose
 result aliased its argument at capture and not then (or the reverse) is a refusal the
 ``returns`` contract allows (replay cannot be exact there), not a finding. Whatever a target
@@ -20,9 +21,20 @@ from typing import Literal
 
 import torch
 
-from verification.causes import describe
+from verification.causes import Cause, describe, raised_cause
+from verification.divergence import (
+    AMBIENT,
+    Parting,
+    Recorder,
+    calls_cause,
+    first_parting,
+    handed_cause,
+    segment_of,
+)
 from verification.execute import (
+    OWNED,
     BreakEntry,
+    BreakLog,
     CapturedProgram,
     called_otherwise_message,
     handed_otherwise_message,
@@ -30,7 +42,7 @@ from verification.execute import (
 )
 from verification.findings import OP_CONTRACT, TARGET_BUG, Finding
 from verification.ops.spec import OpSpec
-from verification.programs import Program, make_inputs, op_table
+from verification.programs import Program, make_inputs, op_table, produces_value
 from verification.targets import Target
 
 # The check name of the findings of a program checked against eager.
@@ -149,14 +161,54 @@ def check_breaks(
     return None
 
 
-def _types_changed(captured: CapturedProgram, program: Program) -> str | None:
+def _types_changed(captured: CapturedProgram, program: Program) -> tuple[str, Cause] | None:
     changed = captured.structure_changed
-    return None if changed is None else handed_otherwise_message(changed, program)
+    if changed is None:
+        return None
+    return handed_otherwise_message(changed, program), handed_cause(changed[2], changed[1], OWNED)
 
 
-def _ambient_changed(captured: CapturedProgram, program: Program) -> str | None:
+def _ambient_changed(captured: CapturedProgram, program: Program) -> tuple[str, Cause] | None:
     changed = captured.ambient_changed
-    return None if changed is None else called_otherwise_message(changed, program)
+    return None if changed is None else (called_otherwise_message(changed, program), AMBIENT)
+
+
+def value_producers(program: Program, table: Mapping[str, OpSpec]) -> dict[int, int]:
+    """Which step produced each value of ``program`` (inputs are none's)."""
+    producers, value = {}, len(program.inputs)
+    for index, step in enumerate(program.steps):
+        if produces_value(table[step.op]):
+            producers[value] = index
+            value += 1
+    return producers
+
+
+def parting_of(
+    program: Program,
+    table: Mapping[str, OpSpec],
+    replayed: Recorder,
+    inputs: list[torch.Tensor],
+    replay_seed: int,
+    capture_seed: int,
+    kind: str,
+    differing: list[tuple[int, str]],
+    tol: Tolerance,
+) -> Parting | None:
+    """Where a replay (its break calls ``replayed``) first parts from an eager run on the same
+    ``inputs``; ``differing`` holds the outputs that differ, ``(index, how)``."""
+    records = []
+    for seed in (replay_seed, capture_seed):  # capture_seed: the host values given at capture
+        recorder, log = Recorder(), BreakLog()
+        log.recorder = recorder
+        run_eager(program, table, inputs, seed, kind, log=log)
+        records.append(recorder.calls)
+    producers = value_producers(program, table)
+    breaks = [i for i, s in enumerate(program.steps) if s.brk]
+    outputs = [
+        (index, segment_of(program.outputs[index], producers, breaks), how)
+        for index, how in differing
+    ]
+    return first_parting(records[0], replayed.calls, records[1], outputs, tol.rtol, tol.atol)
 
 
 def fresh_returns_read(program: Program, table: Mapping[str, OpSpec]) -> list[int]:
@@ -275,7 +327,12 @@ class _Check:
             ) from error
 
     def finding(
-        self, kind: Violation, message: str, replay: int | None = None, index: int | None = None
+        self,
+        kind: Violation,
+        message: str,
+        replay: int | None = None,
+        index: int | None = None,
+        cause: Cause | None = None,
     ) -> Finding:
         scenario: tuple[tuple[str, object], ...] = ()
         if self.shared is not None:
@@ -292,6 +349,7 @@ class _Check:
             replay_index=replay,
             index=index,
             scenario=scenario,
+            explained=cause,
         )
 
     def run(self, replays: int, shared: SharedPool | None) -> Finding | None:
@@ -321,12 +379,15 @@ class _Check:
                 self.program, self.table, self.target, inputs, self.seed, self.kind, pool=pool
             )
         except Exception as error:
-            return self.finding("exception", f"{which}raised {describe(error)}")
+            return self.finding(
+                "exception", f"{which}raised {describe(error)}", cause=raised_cause(error)
+            )
         capture_steps = [step for step, _ in captured.capture_log]
         if capture_steps != self.break_steps:
             return self.finding(
                 "break-count",
                 f"{which}called break steps {capture_steps}, expected {self.break_steps}",
+                cause=calls_cause(capture_steps, self.break_steps),
             )
         return captured
 
@@ -354,25 +415,67 @@ class _Check:
                 # the op.
                 changed = _types_changed(captured, program)
                 if changed is not None:
-                    return self.finding("break-arg-types", changed, number)
+                    return self.finding("break-arg-types", changed[0], number, cause=changed[1])
                 other_state = _ambient_changed(captured, program)
                 if other_state is not None:
-                    return self.finding("break-ambient", other_state, number)
-                return self.finding("exception", f"replay raised {describe(error)}", number)
+                    return self.finding("break-ambient", other_state[0], number, cause=AMBIENT)
+                return self.finding(
+                    "exception",
+                    f"replay raised {describe(error)}",
+                    number,
+                    cause=raised_cause(error),
+                )
             broken = check_breaks(log, captured.capture_log, self.break_steps)
             if broken is not None:
-                return self.finding(broken[0], broken[1], number, broken[2])  # type: ignore[arg-type]
+                cause = calls_cause([s for s, _ in log], self.break_steps)
+                if broken[0] == "break-args":
+                    cause = Cause("calls", "a replay handed a break other buffers than at capture")
+                return self.finding(broken[0], broken[1], number, broken[2], cause)  # type: ignore[arg-type]
             changed = _types_changed(captured, program)
             if changed is not None:
-                return self.finding("break-arg-types", changed, number)
+                return self.finding("break-arg-types", changed[0], number, cause=changed[1])
             other_state = _ambient_changed(captured, program)
             if other_state is not None:
-                return self.finding("break-ambient", other_state, number)
-            for index, (actual, want) in enumerate(zip(captured.outputs, expected)):
-                problem = compare(actual, want, self.tol)
-                if problem is not None:
-                    value = program.outputs[index]
-                    return self.finding(
-                        "mismatch", f"output {index} (value {value}): {problem}", number, index
-                    )
+                return self.finding("break-ambient", other_state[0], number, cause=AMBIENT)
+            differing = [
+                (index, problem)
+                for index, (actual, want) in enumerate(zip(captured.outputs, expected))
+                if (problem := compare(actual, want, self.tol)) is not None
+            ]
+            if differing:
+                return self.mismatch(captured, fresh, replay_seed, number, differing)
         return None
+
+    def mismatch(
+        self,
+        captured: CapturedProgram,
+        fresh: list[torch.Tensor],
+        replay_seed: int,
+        number: int,
+        differing: list[tuple[int, str]],
+    ) -> Finding:
+        """The finding of replay ``number``'s outputs that differ from eager, explained by the
+        first place the replay parts from eager: the replay is run again with the break log
+        keeping every call's arguments and result, beside eager runs that do the same."""
+        index, problem = differing[0]
+        what = f"output {index} (value {self.program.outputs[index]})"
+        replayed = Recorder(captured.log.owned)
+        captured.log.recorder = replayed
+        try:
+            captured.replay(fresh, replay_seed)
+        except Exception:  # the replay does not run twice: the values alone are the finding
+            parting = None
+        else:
+            parting = parting_of(
+                self.program, self.table, replayed, fresh, replay_seed, self.seed, self.kind,
+                differing, self.tol,
+            )  # fmt: skip
+        finally:
+            captured.log.recorder = None
+        if parting is None:
+            return self.finding("mismatch", f"{what}: {problem}", number, index)
+        if parting.cause.involves == "a graph segment":
+            message = f"{parting.words} ({what})"
+        else:
+            message = f"{parting.words}; then {what} differs: {problem}"
+        return self.finding("mismatch", message, number, index, parting.cause)

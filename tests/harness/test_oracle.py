@@ -148,3 +148,15 @@ def test_collector_pauses_nest_and_the_last_one_out_restores_it():
             assert not gc.isenabled()
         assert not gc.isenabled()
     assert gc.isenabled()
+
+
+def test_a_mismatch_names_where_the_replay_parts_from_eager(bcg_device):
+    # The planted target never copies a break's result back at replay: the graph segment after
+    # the break reads stale values, and the finding says which place parted first.
+    finding = check_program(
+        TWO_BREAKS, load_target(build("output_not_copied_back")), bcg_device, seed=5, ops=OPS
+    )
+    assert finding is not None and finding.violation == "mismatch"
+    assert finding.cause.kind == "values" and finding.cause.involves, finding.message
+    assert "break `" in finding.message or "graph segment" in finding.message, finding.message
+    assert "differ" in finding.message

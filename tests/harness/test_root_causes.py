@@ -1,5 +1,6 @@
 """A finding names the frame of the target that raised, and findings of one cause are one bug:
-however many checks reach it, and never merged with another bug of the same exception type."""
+however many checks reach it, in whatever words, and never merged with another bug of the same
+exception type; the merged finding shows the most specific explanation any check gave."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import contextlib
 import pytest
 import torch
 
-from verification.causes import describe, raised_by_harness, raised_in, target_frame
+from verification.causes import (
+    Cause,
+    Problem,
+    describe,
+    raised_by_harness,
+    raised_cause,
+    raised_in,
+    target_frame,
+)
 from verification.devices import device_context
 from verification.errors import UsageError
 from verification.execute import BreakLog
@@ -125,37 +134,28 @@ def test_an_error_of_the_harness_is_told_from_the_targets():
     assert not raised_by_harness(_raised(_first_bug))
 
 
-def _property(check: str, message: str) -> Finding:
-    return Finding(TARGET_BUG, check, message)
+def _property(check: str, message: str, cause: Cause | None = None) -> Finding:
+    return Finding(TARGET_BUG, check, message, explained=cause)
 
 
 def test_a_fault_at_two_points_through_one_function_is_one_cause_and_through_two_stays_two():
     # Where the fault struck is how the bug was reached; the function it went through and
     # the state it left say which cleanup is missing.
     left = "a capture is still active in this thread"
-    begin = _property(
-        "faults", f"after a fault at capture-begin #0 [through m.py:12, in open]: {left}"
-    )
-    handle = _property(
-        "faults", f"after a fault at pool-handle #0 [through m.py:9, in open]: {left}"
-    )
-    other = _property(
-        "faults", f"after a fault at capture-end-at-exit #0 [through m.py:40, in close]: {left}"
-    )
-    assert begin.cause == handle.cause
-    assert begin.cause != other.cause
+    opened = Cause("fault-cleanup", f"{left} [through m.py:12, in open]")
+    closed = Cause("fault-cleanup", f"{left} [through m.py:40, in close]")
+    begin = _property("faults", f"after a fault at capture-begin #0: {left}", opened)
+    handle = _property("faults", f"after a fault at pool-handle #0: {left}", opened)
+    other = _property("faults", f"after a fault at capture-end-at-exit #0: {left}", closed)
     assert len(root_causes([begin, handle, other])) == 2
 
 
 def test_a_nested_capture_the_target_does_not_refuse_is_one_cause_wherever_it_is_opened():
+    not_refused = Cause("nested-capture", "a nested capture")
     findings = [
-        _property("nested", "a nested capture (eager-step, before step 0) was let through"),
-        _property("nested", "a nested capture (decorated-op, before step 2) was let through"),
-        _property(
-            "nested",
-            "a nested capture (capture, before step 3) was refused only by torch's capture_begin "
-            "on the capturing stream; refuse a nested capture before beginning a graph",
-        ),
+        _property("nested", "a nested capture (eager-step) was let through", not_refused),
+        _property("nested", "a nested capture (decorated-op) was let through", not_refused),
+        _property("nested", "a nested capture was refused only by torch", not_refused),
     ]
     causes = root_causes(findings)
     assert len(causes) == 1 and len(causes[0].others) == 2
@@ -164,6 +164,88 @@ def test_a_nested_capture_the_target_does_not_refuse_is_one_cause_wherever_it_is
         "nested", "after a nested capture (capture, before step 1): a capture is still active"
     )
     assert len(root_causes([*findings, after])) == 2
+
+
+def test_a_new_check_in_new_words_merges_by_its_cause_with_no_table_entry():
+    # No table maps wording to causes: a check never seen before, naming the same cause as a
+    # value, is the same root cause; the same words with another cause are another.
+    copied = Cause("capture-time-copy", "a list host argument")
+    fuzzed = _property(
+        "fuzz", "break step 2 (attention): the list ... a copy made at capture", copied
+    )
+    novel = _property("brand-new-check", "seq_lens went stale between runs (zzz)", copied)
+    unrelated = _property("brand-new-check", "seq_lens went stale between runs (zzz)")
+    causes = root_causes([fuzzed, novel, unrelated])
+    assert [c.seen_through for c in causes] == [["fuzz", "brand-new-check"], ["brand-new-check"]]
+
+
+def test_the_most_specific_explanation_is_shown_and_every_check_still_listed(bcg_kind):
+    # The fuzzer reaches the planted nested-op bug first, as a bare exception; the nested
+    # check names the construct. One cause, shown in the nested check's words.
+    error = _nested_assertion(bcg_kind)
+    bare = Cause("raised", frame=target_frame(error), exception="AssertionError")
+    fuzzed = _property("fuzz", f"capture raised {describe(error)}", bare)
+    nested = _property(
+        "nested",
+        f"a decorated op calling a decorated op failed the capture: {describe(error)}",
+        raised_cause(error, "nested-op", "a decorated op called a decorated op"),
+    )
+    (cause,) = root_causes([fuzzed, nested])
+    assert cause.finding is nested and cause.seen_through == ["nested", "fuzz"]
+    assert cause.finding.cause.words().startswith("a decorated op called a decorated op")
+
+
+def test_an_exception_raised_by_a_decorated_op_called_from_a_break_names_the_nesting(bcg_kind):
+    # The fuzzer's program calls the inner op from a break's body (compiled by the harness):
+    # the raise passed the target again after that body, which is the construct.
+    target = build("nested_break_asserts")
+    namespace = {"eager_break_during_capture": target.eager_break_during_capture}
+    source = (
+        "@eager_break_during_capture\ndef inner(t):\n    t.add_(1)\n\n"
+        "@eager_break_during_capture\ndef outer(t):\n    inner(t)\n"
+    )
+    exec(compile(source, "<break op outer_inner>", "exec"), namespace)
+    with device_context(bcg_kind) as device:
+        x = torch.zeros(4, device=device)
+        with pytest.raises(AssertionError) as raised:
+            with torch.cuda.stream(torch.cuda.Stream()), target.BreakableCUDAGraphCapture():
+                namespace["outer"](x * 2)
+    assert raised_cause(raised.value).kind == "nested-op"
+    assert raised_cause(_raised(_first_bug)).kind == "raised"  # no break body on the way
+
+
+def test_a_crash_inside_a_construct_is_one_cause_with_what_that_construct_raises(tmp_path):
+    # A child that died inside the nested check's nested capture (a GPU abort) and another
+    # check's exception for the same construct are one root cause.
+    from verification import breadcrumbs
+    from verification.properties.processes import _crash_result
+
+    trail = tmp_path / "trail"
+    breadcrumbs.lay(trail)
+    try:  # what a child that dies inside the blocks leaves: entries, never their leaving
+        with breadcrumbs.scenario("nested drawn example 3"):
+            breadcrumbs._write("enter", "the capture of the program")
+            breadcrumbs._write("enter", breadcrumbs.CONSTRUCT + "a nested capture")
+    finally:
+        breadcrumbs.lay(None)
+    assert breadcrumbs.open_constructs(trail) == ["a nested capture"]
+    (crash,) = _crash_result(
+        "nested",
+        -6,
+        "what():  The graph should be registered",
+        ["thread A: ..."],
+        ["a nested capture"],
+    ).findings
+    raised = _property(
+        "faults",
+        "a nested capture was refused only by torch",
+        Cause("nested-capture", "a nested capture"),
+    )
+    (cause,) = root_causes([crash, raised])
+    assert cause.finding is raised and cause.seen_through == ["faults", "nested"]
+    # Without a construct the crash is only its symptom.
+    (bare,) = _crash_result("nested", -6, "", [], []).findings
+    assert len(root_causes([bare, raised])) == 2
 
 
 def test_a_namedtuple_made_a_tuple_is_one_cause_for_the_fuzzer_and_the_pool_check(bcg_kind):
@@ -180,7 +262,8 @@ def test_a_namedtuple_made_a_tuple_is_one_cause_for_the_fuzzer_and_the_pool_chec
     assert fuzzed is not None and fuzzed.violation == "break-arg-types", fuzzed
     assert "reached it at replay as tuple, not as namedtuple" in fuzzed.message
     assert pool is not None
-    causes = root_causes([fuzzed, _property("pool", pool)])
+    assert isinstance(pool, Problem)
+    causes = root_causes([fuzzed, _property("pool", pool, pool.cause)])
     assert len(causes) == 1 and causes[0].seen_through == ["fuzz", "pool"]
     # On the library, the same program passes.
     with device_context(bcg_kind) as device:

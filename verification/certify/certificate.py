@@ -81,6 +81,9 @@ def _root_cause(cause: RootCause) -> dict[str, Any]:
     return {
         "check": cause.finding.check,
         **_finding(cause.finding),
+        # The cause as a value, and in words: what every check that reached it blames.
+        "cause": cause.finding.cause.as_json(),
+        "cause_words": cause.finding.cause.words(),
         "seen_through": cause.seen_through,
     }
 
@@ -304,9 +307,10 @@ def markdown(cert: dict[str, Any]) -> str:
             if len(cause["seen_through"]) > 1
             else ""
         )
+        blames = f"\n  - cause: {cause['cause_words']}" if cause.get("cause_words") else ""
         lines.append(
             f"- {cause['check']}: **{cause['kind']}** {cause['violation']}: {cause['message']}"
-            f"{also}\n  - {cause['explanation']}"
+            f"{blames}{also}\n  - {cause['explanation']}"
         )
     everything = [(c["name"], f) for c in cert["checks"] for f in c["findings"]]
     notes = [(name, f) for name, f in everything if not fails_certificate(f["kind"])]

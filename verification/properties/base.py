@@ -22,7 +22,7 @@ import torch
 from hypothesis import strategies as st
 
 from verification import breadcrumbs
-from verification.causes import describe, raised_by_harness
+from verification.causes import Cause, cause_of, describe, raised_by_harness
 from verification.devices import DeviceKind
 from verification.findings import (
     HARNESS_ERROR,
@@ -44,9 +44,14 @@ def property_finding(
     program: Program | None = None,
     seed: int | None = None,
     scenario: tuple[tuple[str, Any], ...] = (),
+    cause: Cause | None = None,
 ) -> Finding:
-    """A finding of property ``prop``; ``program`` is the (shrunk) example, if any."""
-    return Finding(kind, prop, message, program=program, seed=seed, scenario=scenario)
+    """A finding of property ``prop``; ``program`` is the (shrunk) example, if any; its cause
+    is ``cause``, else the one ``message`` carries (a :class:`~verification.causes.Problem`)."""
+    explained = cause if cause is not None else cause_of(message)
+    return Finding(
+        kind, prop, str(message), program=program, seed=seed, scenario=scenario, explained=explained
+    )
 
 
 @dataclass(frozen=True)

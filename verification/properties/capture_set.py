@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.causes import within
 from verification.programs import Program, make_inputs
 from verification.properties.runs import CAPTURE_STREAMS, REPLAY_STREAMS, Hook, ProgramRun, Wrap
 
@@ -145,7 +146,7 @@ class CapturedSet:
             problem = run.replay_problem(seed + number) if check else run.problem or run.replay()
             if problem is not None:
                 again_text = " after it was dropped and captured again" if again else ""
-                return f"{self._where(index, number)}{again_text}: {problem}"
+                return within(f"{self._where(index, number)}{again_text}: ", problem)
         return None
 
     def each_run(self) -> list[ProgramRun]:

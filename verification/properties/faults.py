@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.causes import describe, entry_frame, forwarder
+from verification.causes import Cause, Problem, describe, entry_frame, forwarder, within
 from verification.execute import collector_paused
 from verification.findings import CALLER_DUTY, TORCH_LIMIT, Finding
 from verification.programs import Program
@@ -191,6 +191,17 @@ def _through(error: BaseException) -> str:
     its cleanup belongs, which tells one missing cleanup from another; "" if none."""
     frame = entry_frame(error)
     return "" if frame is None else f" [through {frame}]"
+
+
+def _fault_cause(left: str, error: BaseException | None) -> Cause:
+    """What a fault that left ``left`` behind blames: a stream left capturing, or the cleanup
+    missing on the way out of the target's entry point ``error`` came through (the point of
+    the fault, and how the check reached it, say only where it was found)."""
+    if "capturing" in left and "stream" in left:
+        return Cause("stream-capturing")
+    frame = None if error is None else entry_frame(error)
+    through = "" if frame is None else f" [through {frame}]"
+    return Cause("fault-cleanup", f"{left}{through}")
 
 
 def _left_capturing(streams: list[torch.cuda.Stream]) -> str | None:
@@ -345,7 +356,7 @@ def _faulted_then_recovered(
         or _decorated_call_problem(target, config.device)
     )
     if left is not None:
-        return f"after {where}: {left}"
+        return Problem(f"after {where}: {left}", _fault_cause(left, propagated))
     if _generator_left_capturing(config.device) and limits is not None:
         limits.add(
             f"after {point.replace('-', ' ')} faults, torch leaves its CUDA generator in "
@@ -355,7 +366,7 @@ def _faulted_then_recovered(
     if run is not None:
         problem = run.replay_problem(config.seed + 2)
         if problem is not None:
-            return f"the replay after {where}: {problem}"
+            return within(f"the replay after {where}: ", problem)
         run.drop()
     try:
         again = ProgramRun(program, target, config.kind, config.device, config.seed, pool=pool)
@@ -365,7 +376,10 @@ def _faulted_then_recovered(
         _generator_left_capturing(config.device)  # the refused capture_begin may leave it
         left = _left_active(target)
         if left is not None:  # torch's refusal is a fault at capture-begin the target kept
-            return f"after a capture_begin torch refused{_through(error)}: {left}"
+            return Problem(
+                f"after a capture_begin torch refused{_through(error)}: {left}",
+                _fault_cause(left, error),
+            )
         if limits is not None:
             who = (
                 "the simulator, as torch 2.11 on the H200,"
@@ -391,7 +405,7 @@ def _faulted_then_recovered(
     for replay in range(2):
         problem = again.replay_problem(config.seed + 3 + replay)
         if problem is not None:
-            return f"the next capture after {where}, replay {replay}: {problem}"
+            return within(f"the next capture after {where}, replay {replay}: ", problem)
     again.drop()
     fresh = unusable(config)  # a capture with a break, into a new pool of its own
     if fresh is not None:
@@ -480,7 +494,9 @@ def caught_break_problem(config: CheckConfig) -> str | None:
         left = _left_active(target)  # refused to close: what the check prefers
         if left is None:
             return None
-        return f"after a capture refused to close{_through(error)}: {left}"
+        return Problem(
+            f"after a capture refused to close{_through(error)}: {left}", _fault_cause(left, error)
+        )
     finally:
         torch.cuda.current_stream().wait_stream(side)
     left = _left_active(target)

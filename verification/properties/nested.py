@@ -12,13 +12,15 @@ docstring and signature (as ``functools.wraps`` does).
 
 from __future__ import annotations
 
+import gc
 import inspect
 from typing import Any
 
 import torch
 from hypothesis import strategies as st
 
-from verification.causes import describe
+from verification import breadcrumbs
+from verification.causes import Cause, Problem, describe, raised_cause, within
 from verification.execute import collector_paused
 from verification.findings import Finding
 from verification.programs import Program
@@ -34,6 +36,10 @@ from verification.properties.runs import ProgramRun
 from verification.sim.cuda_errors import BEGIN_IN_CAPTURE
 
 NAME = "nested"
+# The constructs this check exercises, as causes name them.
+NESTED_OP = "a decorated op called a decorated op"  # CAUSE_KINDS["nested-op"].words
+NESTED_CAPTURE = "a nested capture"
+_NOT_REFUSED = Cause("nested-capture", NESTED_CAPTURE)
 PLACES = ("capture", "second-object", "eager-step", "decorated-op")
 REPLAYS = 2
 
@@ -96,17 +102,21 @@ def _nested_capture_problem(
             program, config.target, config.kind, config.device, config.seed, hook=attempt.hook
         )
     except Exception as error:
-        return f"the outer capture failed after a nested capture ({place}): {describe(error)}"
+        return Problem(
+            f"the outer capture failed after a nested capture ({place}): {describe(error)}",
+            raised_cause(error, "nested-capture", NESTED_CAPTURE),
+        )
     finally:
         left = _left_active(config.target)
     where = f"a nested capture ({place}, before step {at})"
     if attempt.outcome is None:
-        return f"{where} was let through"
+        return Problem(f"{where} was let through", _NOT_REFUSED)
     if isinstance(attempt.outcome, BaseException) and BEGIN_IN_CAPTURE in str(attempt.outcome):
-        return (
+        return Problem(
             f"{where} was refused only by torch's capture_begin on the capturing stream; on a "
             "GPU the CUDAGraph that call leaves behind aborts the process when it is freed "
-            "(H200, torch 2.11): refuse a nested capture before beginning a graph"
+            "(H200, torch 2.11): refuse a nested capture before beginning a graph",
+            _NOT_REFUSED,
         )
     if isinstance(attempt.outcome, BaseException) and not _clear(attempt.outcome):
         return f"{where} raised an unclear error: {describe(attempt.outcome)}"
@@ -115,7 +125,7 @@ def _nested_capture_problem(
     for replay in range(REPLAYS):
         problem = run.replay_problem(config.seed + 1 + replay)
         if problem is not None:
-            return f"after {where}, replay {replay}: {problem}"
+            return within(f"after {where}, replay {replay}: ", problem)
     run.drop()
     return None
 
@@ -181,7 +191,10 @@ def _nested_decorated_problem(config: CheckConfig) -> str | None:
                 outer(y, out)
                 z = out * 3
     except Exception as error:  # the target's own failure is the finding (the PyPI peer's)
-        return f"a decorated op calling a decorated op failed the capture: {describe(error)}"
+        return Problem(
+            f"a decorated op calling a decorated op failed the capture: {describe(error)}",
+            raised_cause(error, "nested-op", NESTED_OP),
+        )
     finally:
         torch.cuda.current_stream().wait_stream(side)
     if counts["inner"] != 1:
@@ -192,12 +205,21 @@ def _nested_decorated_problem(config: CheckConfig) -> str | None:
         capture.replay()
         torch.cuda.synchronize()
         if counts["inner"] != 1:
-            return (
-                f"the inner decorated op ran {counts['inner']} times in one replay, expected once"
+            return Problem(
+                f"the inner decorated op ran {counts['inner']} times in one replay, expected once",
+                Cause("calls", "a replay ran a break more often than the capture recorded it"),
             )
         if not torch.equal(z, torch.full_like(z, ((value + 1) * 2 + 1) * 3)):
             return f"a decorated op calling a decorated op replayed wrong values for input {value}"
     return None
+
+
+def _nested_decorated_marked(config: CheckConfig) -> str | None:
+    """:func:`_nested_decorated_problem` under its construct's breadcrumb."""
+    with breadcrumbs.construct(NESTED_OP):
+        problem = _nested_decorated_problem(config)
+        gc.collect(1)
+    return problem
 
 
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
@@ -215,11 +237,15 @@ def check(config: CheckConfig) -> CheckResult:
     def run() -> tuple[int, list[Finding]]:
         found = Findings(NAME, config)
         found.fixed(_decorator_identity_problem)
-        found.fixed(_nested_decorated_problem)
+        found.fixed(_nested_decorated_marked)
 
         def body(drawn: tuple[Program, str, int]) -> Finding | None:
             program, place, at = drawn
-            problem = _nested_capture_problem(program, place, at % len(program.steps), config)
+            with breadcrumbs.construct(NESTED_CAPTURE):
+                problem = _nested_capture_problem(program, place, at % len(program.steps), config)
+                # What the attempt left (a graph whose begin torch refused, held in a cycle
+                # through its error) is freed here, where a crash on freeing it names it.
+                gc.collect(1)  # the young generations only: cheap, and where it lies
             if problem is None:
                 return None
             scenario = (("place", place), ("before_step", at % len(program.steps)))

@@ -29,8 +29,10 @@ from typing import Any, NamedTuple
 import torch
 from hypothesis import strategies as st
 
-from verification.causes import describe
+from verification.causes import Problem, describe, within
+from verification.divergence import TENSOR_REBUILT, handed_cause
 from verification.execute import (
+    OWNED,
     BreakLog,
     collector_paused,
     run_steps,
@@ -228,8 +230,8 @@ def _shared_pool_problem(
             for number, run in enumerate(runs):
                 problem = run.replay_problem(config.seed + 1 + round_)
                 if problem is not None:
-                    return (
-                        f"capture {number} of {len(runs)} sharing a pool, round {round_}: {problem}"
+                    return within(
+                        f"capture {number} of {len(runs)} sharing a pool, round {round_}: ", problem
                     )
         torch.cuda.synchronize()
         held.append(_held_now(runs, watch))
@@ -358,9 +360,10 @@ def arguments_as_given_problem(config: CheckConfig) -> str | None:
         if not torch.allclose(got, want)
     ]
     if wrong:
-        return (
+        return Problem(
             "capture intermediates given to a break reached it at replay not as they were "
-            f"given: a {', a '.join(wrong)} (a plain tensor over the same memory instead)"
+            f"given: a {', a '.join(wrong)} (a plain tensor over the same memory instead)",
+            TENSOR_REBUILT,
         )
     return None
 
@@ -529,9 +532,11 @@ def container_as_given_problem(name: str, config: CheckConfig) -> str | None:
         reset()
     if seen and seen[0] != expected:
         got = ", ".join(map(type_label, seen[0]))
-        return (
+        given = ", ".join(map(type_label, expected))
+        return Problem(
             f"a {name} of capture intermediates given to a break reached it at replay as "
-            f"{got}, not as {', '.join(map(type_label, expected))}"
+            f"{got}, not as {given}",
+            handed_cause(given, got, OWNED),
         )
     if len(seen) != 1 or not torch.allclose(out, want):
         return (

@@ -28,6 +28,7 @@ import torch
 
 from verification import breadcrumbs
 from verification.breadcrumbs import first_error_line
+from verification.causes import Cause
 from verification.devices import DeviceKind, device_context
 from verification.findings import SKIPPED, TARGET_BUG
 from verification.isolation import cores, run_child, signal_name
@@ -186,10 +187,11 @@ def run_forked(
             err = _read(Path(scratch.name) / STDERR)
             sys.stderr.write(err)
             trail = breadcrumbs.open_calls(Path(scratch.name) / TRAIL)
+            constructs = breadcrumbs.open_constructs(Path(scratch.name) / TRAIL)
         if data is not None and child.exitcode == 0:
             part = from_json(json.loads(data))[0]
         else:
-            part = _crash_result(name, child.exitcode or 1, err, trail)
+            part = _crash_result(name, child.exitcode or 1, err, trail, constructs)
         results[number] = merge(results[number], part) if number in results else part
         if part.resume is not None:
             pending.insert(0, (number, name, part.resume))
@@ -217,6 +219,7 @@ def to_json(results: list[PropertyResult]) -> list[dict[str, Any]]:
                     "program": repr(f.program) if f.program is not None else None,
                     "seed": f.seed,
                     "scenario": [list(item) for item in f.scenario],
+                    "cause": None if f.explained is None else f.explained.as_json(),
                 }
                 for f in r.findings
             ],
@@ -240,6 +243,7 @@ def from_json(data: list[dict[str, Any]]) -> list[PropertyResult]:
                     eval(f["program"], scope) if f["program"] else None,
                     f["seed"],
                     tuple(tuple(item) for item in f["scenario"]),
+                    Cause.from_json(f["cause"]) if f.get("cause") else None,
                 )
                 for f in r["findings"]
             ],
@@ -279,7 +283,8 @@ def _one_child(name: str, argv: Sequence[str], resume: Resume | None) -> Propert
         if status >= 0 and result_file.exists():
             return from_json(json.loads(result_file.read_text()))[0]
         trail = breadcrumbs.open_calls(Path(scratch) / TRAIL)
-    return _crash_result(name, status, done.stderr or "", trail)
+        constructs = breadcrumbs.open_constructs(Path(scratch) / TRAIL)
+    return _crash_result(name, status, done.stderr or "", trail, constructs)
 
 
 def _read(path: Path) -> str:
@@ -289,10 +294,14 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _crash_result(name: str, status: int, err: str, trail: Sequence[str] = ()) -> PropertyResult:
+def _crash_result(
+    name: str, status: int, err: str, trail: Sequence[str] = (), constructs: Sequence[str] = ()
+) -> PropertyResult:
     """The finding of a child that died: how, in which scenario and target call (its open
     breadcrumbs, one per thread), and the first line of what it said on stderr; a child that
-    left neither says that it did not."""
+    left neither says that it did not. Its cause is the construct it died in, innermost first
+    (:func:`~verification.breadcrumbs.construct`), so that it is one root cause with what the
+    same construct raises in another check; without one, only its symptom."""
     what = (
         f"died by signal {signal_name(status)}" if status < 0 else f"exited {status} with no result"
     )
@@ -301,4 +310,5 @@ def _crash_result(name: str, status: int, err: str, trail: Sequence[str] = ()) -
     message = f"crash: the check's process {what} in {where}; " + (
         f"it said: {said[:300]}" if said else "it said nothing on stderr"
     )
-    return PropertyResult(name, 0, 0.0, [property_finding(name, TARGET_BUG, message)])
+    cause = Cause("crash", constructs[0]) if constructs else None
+    return PropertyResult(name, 0, 0.0, [property_finding(name, TARGET_BUG, message, cause=cause)])

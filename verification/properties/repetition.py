@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
+from verification.causes import within
 from verification.findings import Finding
 from verification.programs import Program
 from verification.properties.base import (
@@ -68,7 +69,7 @@ def repetition_problem(
     for cycle in range(WARM_UP):
         problem, refs = _cycle(program, capture_set, config, check_replay=cycle == 0)
         if problem is not None:
-            return f"cycle {cycle}: {problem}"
+            return within(f"cycle {cycle}: ", problem)
         first_refs = first_refs or refs
     settle(config.kind)
     base_graphs = _live_graphs()
@@ -78,7 +79,7 @@ def repetition_problem(
     for cycle in range(WARM_UP, cycles):
         problem, _ = _cycle(program, capture_set, config, check_replay=cycle == cycles - 1)
         if problem is not None:
-            return f"cycle {cycle}: {problem}"
+            return within(f"cycle {cycle}: ", problem)
     settle(config.kind)
     now = {"reserved": reserved(), "allocated": torch.cuda.memory_allocated()}
     for kind, before in base.items():

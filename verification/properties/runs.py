@@ -22,8 +22,11 @@ from typing import Any
 import torch
 
 from verification import breadcrumbs
+from verification.causes import Problem
 from verification.devices import DeviceKind
+from verification.divergence import AMBIENT, Recorder, calls_cause, handed_cause
 from verification.execute import (
+    OWNED,
     BreakLog,
     called_otherwise,
     called_otherwise_message,
@@ -37,7 +40,7 @@ from verification.execute import (
 )
 from verification.ops.ambient import ambient_seen
 from verification.ops.spec import OpSpec
-from verification.oracle import compare, program_tolerance
+from verification.oracle import compare, parting_of, program_tolerance
 from verification.programs import Program, make_inputs, op_table
 from verification.targets import Target
 from verification.targets.contracts import SIDE_STREAM
@@ -269,25 +272,41 @@ class ProgramRun:
         calls = [step for step, _ in self.log.take()]
         breaks = [i for i, s in enumerate(self.program.steps) if s.brk]
         if calls != breaks:
-            return f"replay called break steps {calls}, expected {breaks}"
+            return Problem(
+                f"replay called break steps {calls}, expected {breaks}", calls_cause(calls, breaks)
+            )
         handed = self._handed_otherwise()
         if handed is not None:
             return handed
         tol = program_tolerance(self.program, self.table)
-        for index, (actual, want) in enumerate(zip(self.outputs, expected)):
-            problem = compare(actual, want, tol)
-            if problem is not None:
-                return f"output {index}: {problem}"
-        return None
+        differing = [
+            (index, problem)
+            for index, (actual, want) in enumerate(zip(self.outputs, expected))
+            if (problem := compare(actual, want, tol)) is not None
+        ]
+        if not differing:
+            return None
+        index, problem = differing[0]
+        parting = replay_parting(self, fresh, replay_seed, differing)
+        if parting is None:
+            return f"output {index}: {problem}"
+        if parting.cause.involves == "a graph segment":
+            return Problem(parting.words, parting.cause)
+        return Problem(f"{parting.words}; then output {index} differs: {problem}", parting.cause)
 
     def _handed_otherwise(self) -> str | None:
         changed = handed_otherwise(self.log.take_structures(), self.capture_structures)
         if changed is not None:
-            return handed_otherwise_message(changed, self.program)
+            return Problem(
+                handed_otherwise_message(changed, self.program),
+                handed_cause(changed[2], changed[1], OWNED),
+            )
         other_state = called_otherwise(
             self.log.take_seen(), self.capture_seen, self.capture_caller, self.replay_caller
         )
-        return None if other_state is None else called_otherwise_message(other_state, self.program)
+        if other_state is None:
+            return None
+        return Problem(called_otherwise_message(other_state, self.program), AMBIENT)
 
     def drop(self) -> None:
         """Releases the capture (``reset()`` where the target has it) and every tensor."""
@@ -298,6 +317,33 @@ class ProgramRun:
         self.outputs = []
         self.static_inputs = []
         self.callables = []
+
+
+def replay_parting(
+    run: ProgramRun, fresh: list[torch.Tensor], replay_seed: int, differing: list[tuple[int, str]]
+) -> Any:
+    """Where ``run``'s replay on ``fresh`` first parts from eager (a
+    :class:`~verification.divergence.Parting`, or None): the replay is made again with the
+    break log keeping every call's arguments and result (:mod:`verification.divergence`)."""
+    for static, value in zip(run.static_inputs, fresh):
+        static.copy_(value)
+    run.log.clear()
+    replayed = Recorder(run.log.owned)
+    run.log.recorder = replayed
+    run._seed(replay_seed)
+    try:
+        if run.replay() is not None:
+            return None
+        torch.cuda.synchronize()
+    except Exception:  # the replay does not run twice: the values alone are the finding
+        return None
+    finally:
+        run.log.recorder = None
+        run.log.clear()
+    return parting_of(
+        run.program, run.table, replayed, fresh, replay_seed, run.seed, run.kind,
+        differing, program_tolerance(run.program, run.table),
+    )  # fmt: skip
 
 
 def settle(kind: DeviceKind) -> None:

@@ -23,11 +23,11 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from verification import breadcrumbs, causes, execute, oracle, programs
+from verification import breadcrumbs, causes, divergence, execute, oracle, programs
 from verification.findings import Finding
 from verification.ops import ambient
 from verification.programs import Program, input_expr
-from verification.properties import pool, runner, script_program, stream_order
+from verification.properties import pool, runner, runs, script_program, stream_order
 from verification.report import program_source
 from verification.targets import CAPTURE_SET, Target
 
@@ -163,8 +163,28 @@ _BREADCRUMBS = (
     "        import contextlib\n"
     "        return contextlib.nullcontext()\n"
     "\n"
-    "    scenario = calling\n",
+    "    scenario = calling\n"
+    "    construct = calling\n",
 )
+# A script reports a problem in words; the causes findings are merged by stay behind.
+_CAUSES = [
+    (
+        causes.Problem,
+        "class Problem(str):\n"
+        "    def __new__(cls, text, cause=None):\n"
+        "        return str.__new__(cls, text)\n"
+        "\n"
+        "    def prefixed(self, words):\n"
+        "        return Problem(words + str(self))\n",
+    ),
+    (causes.Cause, "def Cause(*args, **kwargs):\n    return None\n"),
+    (causes.raised_cause, "def raised_cause(*args, **kwargs):\n    return None\n"),
+    (divergence.calls_cause, "def calls_cause(*args):\n    return None\n"),
+    (divergence.handed_cause, "def handed_cause(*args):\n    return None\n"),
+    (divergence.AMBIENT, "AMBIENT = None"),
+    (divergence.TENSOR_REBUILT, "TENSOR_REBUILT = None"),
+    (runs.replay_parting, "def replay_parting(*args):\n    return None\n"),
+]
 
 
 def render(finding: Finding, target: Target, kind: str, command: str) -> str:
@@ -173,7 +193,7 @@ def render(finding: Finding, target: Target, kind: str, command: str) -> str:
     scenario = dict(finding.scenario)
     module_name, _, qualname = str(scenario["fixed"]).partition(":")
     module = importlib.import_module(module_name)
-    bundle = _Bundle([_DESCRIBE, _TARGET_FRAME, _BREADCRUMBS])
+    bundle = _Bundle([_DESCRIBE, _TARGET_FRAME, _BREADCRUMBS, *_CAUSES])
     bundle.add(qualname, getattr(module, qualname), module)
     args = ", ".join(repr(a) for a in scenario.get("args", ())) + (
         ", " if scenario.get("args") else ""
@@ -188,6 +208,7 @@ def _stand_ins(finding: Finding, kind: str) -> list[tuple[Any, Any]]:
         _DESCRIBE,
         _TARGET_FRAME,
         _BREADCRUMBS,
+        *_CAUSES,
         (programs.make_inputs, script_program.make_inputs),
         (programs.op_table, script_program.op_table),
         (execute.step_callables, script_program.step_callables),

@@ -29,7 +29,7 @@ import torch
 from hypothesis import strategies as st
 
 from verification import breadcrumbs
-from verification.causes import describe
+from verification.causes import describe, within
 from verification.devices import DeviceKind
 from verification.execute import collector_paused
 from verification.findings import Finding
@@ -241,7 +241,7 @@ def _amplified_problem(
     for replay in range(REPLAYS):
         problem = run.replay_problem(config.seed + 1 + replay)
         if problem is not None:
-            return f"replay {replay}: {problem}"
+            return within(f"replay {replay}: ", problem)
     run.drop()
     if capture_set is None:
         return None
@@ -399,7 +399,7 @@ def _default_witness(config: CheckConfig) -> str | None:
     for label, scenario in FROM_DEFAULT_STREAM:
         problem = _judged(config, scenario)
         if problem is not None:
-            return f"{label}: {problem}"
+            return within(f"{label}: ", problem)
     return None
 
 
@@ -418,7 +418,7 @@ def check(config: CheckConfig) -> CheckResult:
             return 1, [property_finding(NAME, "harness-error", f"witness: {lapsed}")]
         found.examples += 1
         if problem is not None:
-            found.add(property_finding(NAME, "target-bug", f"witness: {problem}"))
+            found.add(property_finding(NAME, "target-bug", within("witness: ", problem)))
         if found.going:
             found.examples += 1
             try:

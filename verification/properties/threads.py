@@ -29,7 +29,7 @@ import torch
 from hypothesis import strategies as st
 
 from verification import breadcrumbs
-from verification.causes import describe
+from verification.causes import Cause, Problem, describe, within
 from verification.devices import DeviceKind
 from verification.execute import collector_paused
 from verification.findings import CALLER_DUTY, Finding
@@ -115,7 +115,14 @@ _GLOBAL_MODE_ERRORS = ("captur", "present state", "previous error", "cublascreat
 class IsolationBroken(AssertionError):
     """What the checker saw break in another thread while A captured: never excused by a
     capture mode, since one capturing thread at a time still leaves other threads free to
-    call decorated ops eagerly during a capture."""
+    call decorated ops eagerly during a capture. ``cause`` names it where it is known."""
+
+    def __init__(self, message: str, cause: Cause | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+SHOWN_CAPTURE = Cause("thread-shown-capture")
 
 
 def _global_mode_error(mode: str | None, error: Any) -> bool:
@@ -130,7 +137,9 @@ def _bug(errors: list[Any], mode: str | None) -> str | None:
     unsafe calls (allocations, syncs) with a capture error, which is not one."""
     for label, error in errors:
         if not _global_mode_error(mode, error):
-            return f"{label}: {describe(error)}"
+            cause = getattr(error, "cause", None) if isinstance(error, IsolationBroken) else None
+            text = f"{label}: {describe(error)}"
+            return text if cause is None else Problem(text, cause)
     return None
 
 
@@ -197,7 +206,8 @@ def _others_during_capture(
         if seen is not None:
             raise IsolationBroken(
                 f"current() in another thread returned thread A's open capture ({seen!r}): "
-                "the active capture is not per thread"
+                "the active capture is not per thread",
+                SHOWN_CAPTURE,
             )
 
         @target.eager_break_during_capture
@@ -261,7 +271,7 @@ def _others_during_capture(
     for replay in range(2):
         problem = run.replay_problem(config.seed + 1 + replay)
         if problem is not None:
-            return f"thread A's replay {replay}: {problem}"
+            return within(f"thread A's replay {replay}: ", problem)
     if calls != before:
         return (
             "thread A's replay ran another thread's decorated op: it was recorded into A's capture"
@@ -312,7 +322,7 @@ def _concurrent_captures(
                 continue  # another capture failed first; that one is judged
             problem = _accept_failure(mode, box)
             if problem is not None:
-                return f"capturer {k}: {problem}"
+                return within(f"capturer {k}: ", problem)
         elif box.get("left") is not None:
             return f"capturer {k}: {box['left']}"
     bug = _bug(errors, mode)
@@ -325,7 +335,8 @@ def _concurrent_captures(
         for replay in range(2):
             problem = box["run"].replay_problem(config.seed + 1 + replay)
             if problem is not None:
-                return f"capturer {k} of {len(programs)} concurrent captures, replay {replay}: {problem}"
+                where = f"capturer {k} of {len(programs)} concurrent captures, replay {replay}: "
+                return within(where, problem)
         box["run"].drop()
     return None
 
@@ -355,8 +366,8 @@ def _captures_one_thread_at_a_time(
         for replay in range(2):
             problem = box["run"].replay_problem(config.seed + 1 + replay)
             if problem is not None:
-                return (
-                    f"capturer {k} of {len(programs)} captures in turn, replay {replay}: {problem}"
+                return within(
+                    f"capturer {k} of {len(programs)} captures in turn, replay {replay}: ", problem
                 )
         box["run"].drop()
     return None
@@ -404,7 +415,9 @@ def foreign_add_eager_problem(config: CheckConfig) -> str | None:
     for t in threads:
         t.join(WAIT_S)
     if holder.get("seen") is not None:
-        return "current() in another thread returned thread A's open capture"
+        return Problem(
+            "current() in another thread returned thread A's open capture", SHOWN_CAPTURE
+        )
     if errors:
         label, error = errors[0]
         return f"after thread B called add_eager on thread A's open capture, {label} raised {describe(error)}"
@@ -458,7 +471,7 @@ def check(config: CheckConfig) -> CheckResult:
                     relied.append(property_finding(NAME, CALLER_DUTY, note))
             if problem is None:
                 return None
-            message = f"capture_error_mode={mode}: {problem}"
+            message = within(f"capture_error_mode={mode}: ", problem)
             return property_finding(NAME, "target-bug", message, program, config.seed, scenario)
 
         strategy = st.tuples(

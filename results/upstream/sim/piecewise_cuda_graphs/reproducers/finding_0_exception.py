@@ -19,14 +19,22 @@ REPLAYS = 3
 RTOL = 0.0
 ATOL = 0.0
 BREAK_STEPS = [0]
+CAPTURES = 1
+ORDER = []
 HOST_SEQUENCES = 1
 
 CALLS = []
 _depth = [0]
 
 
+def seen_now():
+    """What a break can read of the state it runs under (redefined below where it matters)."""
+    return ()
+
+
 def logged_break(step):
-    """Logs one call per break step (nested calls excluded), then applies the target's decorator."""
+    """Logs one call per break step (nested calls excluded): its buffers, its tensors' Python
+    attributes and the state it runs under; then applies the target's decorator."""
 
     def decorate(fn):
         @functools.wraps(fn)
@@ -35,7 +43,8 @@ def logged_break(step):
                 leaves = torch.utils._pytree.tree_flatten((args, kwargs))[0]
                 tensors = [a for a in leaves if isinstance(a, torch.Tensor)]
                 here = step if isinstance(step, int) else step_of(step)
-                CALLS.append((here, tuple(t.data_ptr() for t in tensors)))
+                attributes = tuple(tuple(sorted(t.__dict__)) for t in tensors)
+                CALLS.append((here, tuple(t.data_ptr() for t in tensors), attributes, seen_now()))
             _depth[0] += 1
             try:
                 return fn(*args, **kwargs)
@@ -74,6 +83,9 @@ class HostMeta:
     seq_lens: list
     num_tokens: int
     positions: torch.Tensor  # on the CPU
+    # Tensors the forward computes into the metadata inside the captured region (rotary
+    # cos/sin of the positions), by step: the runner keeps them, the graph rewrites them.
+    rotary: dict = dataclasses.field(default_factory=dict)
 
 
 def make_host(count, seed):
@@ -102,7 +114,7 @@ def define_breaks():
 
     def host_total(host):
         if isinstance(host, torch.Tensor):
-            return int(host.sum())
+            return int(host.sum()) if host.device.type == "cpu" else 0
         if isinstance(host, int):
             return host
         if isinstance(host, dict):
@@ -172,7 +184,8 @@ def same(actual, expected):
     return bool(torch.isclose(a, e, rtol=RTOL, atol=ATOL, equal_nan=True).all())
 
 
-def main():
+def capture_once(pool):
+    define_breaks()  # each capture's breaks keep state of their own
     static = [x.clone() for x in make_inputs(SEED)]
     host = make_host(HOST_SEQUENCES, SEED)  # the runner's, rewritten before replays
     side = torch.cuda.Stream()
@@ -180,7 +193,7 @@ def main():
     with torch.cuda.stream(side):
         seed_rng(SEED)
         program(*static, host)  # eager warm-up
-        capture = target.BreakableCUDAGraphCapture()
+        capture = target.BreakableCUDAGraphCapture(**pool)
         seed_rng(SEED)
         CALLS.clear()
         with capture:
@@ -188,8 +201,14 @@ def main():
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     captured = list(CALLS)
-    assert [s for s, _ in captured] == BREAK_STEPS, f"capture called breaks {captured}"
-    for replay in range(REPLAYS):
+    assert [call[0] for call in captured] == BREAK_STEPS, f"capture called breaks {captured}"
+    return static, capture, outputs, captured, host
+
+
+def replay_in_order(runs, order, first):
+    for replay, which in enumerate(order, start=first):
+        static, capture, outputs, captured, host = runs[which]
+        where = f"replay {replay}" + (f" (capture {which})" if len(runs) > 1 else "")
         seed = SEED + 1 + replay
         fresh = make_inputs(seed)
         define_breaks()  # the reference shares no state with the captured run's breaks
@@ -202,9 +221,24 @@ def main():
         seed_rng(seed)
         capture.replay()
         torch.cuda.synchronize()
-        assert CALLS == captured, f"replay {replay}: break calls {CALLS}, captured {captured}"
+        for call, want in zip(CALLS, captured):
+            assert call == want, f"{where}: break call {call} (step, buffers, attributes, state), captured {want}"
+        assert len(CALLS) == len(captured), f"{where}: break calls {CALLS}, captured {captured}"
         for index, (actual, want) in enumerate(zip(outputs, expected)):
-            assert same(actual, want), f"replay {replay}: output {index} differs from eager"
+            assert same(actual, want), f"{where}: output {index} differs from eager"
+    return True
+
+
+def main():
+    if not replay_in_order([capture_once({})], [0] * REPLAYS, 0):
+        return
+    if CAPTURES > 1:
+        # The capture set: CAPTURES captures of the program in one pool, each on inputs of
+        # its own, as an engine captures its batch sizes, replayed in ORDER.
+        pool = {"pool": torch.cuda.graph_pool_handle()}
+        runs = [capture_once(pool) for _ in range(CAPTURES)]
+        if not replay_in_order(runs, ORDER, REPLAYS):
+            return
     print("reproducer passed: replay matched eager every time")
 
 

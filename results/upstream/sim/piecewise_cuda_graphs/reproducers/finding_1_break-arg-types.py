@@ -1,7 +1,7 @@
-"""Reproducer for a break-arg-types finding (target-bug) in target verification.targets.sglang (sim).
+"""Reproducer for a break-arg-types finding (target-bug) in target verification.targets.piecewise_cuda_graphs (sim).
 
-[target-bug] break-arg-types (replay 0): break step 0 (shrink_pair_): namedtuple Group given to a break reached it at replay as tuple, not as namedtuple Group
-Fuzzer command: python -m verification fuzz --target verification.targets.sglang --device sim --seed 0 --examples 5000 --max-ops 12 --max-breaks 4 --replays 3
+[target-bug] break-arg-types (replay 0): break step 0 (neg.out_plain): Tensor with attributes [bcg_tag] given to a break reached it at replay as Tensor, not as Tensor with attributes [bcg_tag]
+Fuzzer command: python -m verification fuzz --target verification.targets.piecewise_cuda_graphs --device sim --seed 0 --examples 5000 --max-ops 12 --max-breaks 4 --replays 3
 Exits non-zero while the bug is present.
 """
 
@@ -9,7 +9,7 @@ import functools
 
 import torch
 
-import verification.targets.sglang as target
+import verification.targets.piecewise_cuda_graphs as target
 from verification.sim import simulated_cuda
 
 DEVICE = "cpu"
@@ -18,13 +18,21 @@ REPLAYS = 3
 RTOL = 0.0
 ATOL = 0.0
 BREAK_STEPS = [0]
+CAPTURES = 1
+ORDER = []
 
 CALLS = []
 _depth = [0]
 
 
+def seen_now():
+    """What a break can read of the state it runs under (redefined below where it matters)."""
+    return ()
+
+
 def logged_break(step):
-    """Logs one call per break step (nested calls excluded), then applies the target's decorator."""
+    """Logs one call per break step (nested calls excluded): its buffers, its tensors' Python
+    attributes and the state it runs under; then applies the target's decorator."""
 
     def decorate(fn):
         @functools.wraps(fn)
@@ -33,7 +41,8 @@ def logged_break(step):
                 leaves = torch.utils._pytree.tree_flatten((args, kwargs))[0]
                 tensors = [a for a in leaves if isinstance(a, torch.Tensor)]
                 here = step if isinstance(step, int) else step_of(step)
-                CALLS.append((here, tuple(t.data_ptr() for t in tensors)))
+                attributes = tuple(tuple(sorted(t.__dict__)) for t in tensors)
+                CALLS.append((here, tuple(t.data_ptr() for t in tensors), attributes, seen_now()))
             _depth[0] += 1
             try:
                 return fn(*args, **kwargs)
@@ -45,40 +54,42 @@ def logged_break(step):
     return decorate
 
 
+def tagged(t):
+    """A view of t carrying a Python attribute, as structured-output code tags its logits: a
+    fresh object per call, so that a value handed to several steps carries the attribute only
+    where a step tagged it."""
+    view = t.view(t.shape)
+    view.bcg_tag = 'tagged'
+    return view
+
+
 def define_breaks():
     """Defines each break step anew."""
     global step_0
-    # step 0: break op shrink_pair_
+    # step 0: break op neg.out_plain
     eager_break_during_capture = logged_break(0)
     import dataclasses
     import math
 
     import torch
 
-    def finite_peak(x):
-        peak = float(x.abs().amax().item()) if x.numel() else 0.0
-        return peak if math.isfinite(peak) else 0.0
-
-    import collections
-
-    # A dtype rides along: a break's arguments hold objects that are neither tensors nor
-    # containers, and a capture must keep them as they are.
-    Group = collections.namedtuple("Group", ["tensors", "floor", "dtype"])
+    def neg_out_plain_compute(a0):
+        return torch.neg(a0)
 
 
     @eager_break_during_capture
-    def shrink_group_(group):
-        peak = max(finite_peak(t.to(group.dtype)) for t in group.tensors)
-        for t in group.tensors:
-            t.div_(max(group.floor, peak))
+    def neg_out_plain_write(a0, out):
+        args = (a0,)
+        result = neg_out_plain_compute(*args, **{})
+        out.copy_(result)
 
 
-    def shrink_pair_(x, y):
-        shrink_group_(Group([x, y], 1.0, torch.float64))
-        return x
+    def neg_out_plain(a0, out):
+        neg_out_plain_write(a0, out)
+        return out
 
 
-    step_0 = shrink_pair_
+    step_0 = neg_out_plain
 
 
 define_breaks()
@@ -93,7 +104,7 @@ def make_inputs(seed):
 
 
 def program(v0, v1):
-    v2 = step_0(v0, v1)
+    v2 = step_0(tagged(v0), tagged(v1))
     del v0, v1
     return [v2]
 
@@ -119,14 +130,15 @@ def same(actual, expected):
     return bool(torch.isclose(a, e, rtol=RTOL, atol=ATOL, equal_nan=True).all())
 
 
-def main():
+def capture_once(pool):
+    define_breaks()  # each capture's breaks keep state of their own
     static = [x.clone() for x in make_inputs(SEED)]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         seed_rng(SEED)
         program(*static)  # eager warm-up
-        capture = target.BreakableCUDAGraphCapture()
+        capture = target.BreakableCUDAGraphCapture(**pool)
         seed_rng(SEED)
         CALLS.clear()
         with capture:
@@ -134,8 +146,14 @@ def main():
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     captured = list(CALLS)
-    assert [s for s, _ in captured] == BREAK_STEPS, f"capture called breaks {captured}"
-    for replay in range(REPLAYS):
+    assert [call[0] for call in captured] == BREAK_STEPS, f"capture called breaks {captured}"
+    return static, capture, outputs, captured, None
+
+
+def replay_in_order(runs, order, first):
+    for replay, which in enumerate(order, start=first):
+        static, capture, outputs, captured, host = runs[which]
+        where = f"replay {replay}" + (f" (capture {which})" if len(runs) > 1 else "")
         seed = SEED + 1 + replay
         fresh = make_inputs(seed)
         define_breaks()  # the reference shares no state with the captured run's breaks
@@ -147,9 +165,24 @@ def main():
         seed_rng(seed)
         capture.replay()
         torch.cuda.synchronize()
-        assert CALLS == captured, f"replay {replay}: break calls {CALLS}, captured {captured}"
+        for call, want in zip(CALLS, captured):
+            assert call == want, f"{where}: break call {call} (step, buffers, attributes, state), captured {want}"
+        assert len(CALLS) == len(captured), f"{where}: break calls {CALLS}, captured {captured}"
         for index, (actual, want) in enumerate(zip(outputs, expected)):
-            assert same(actual, want), f"replay {replay}: output {index} differs from eager"
+            assert same(actual, want), f"{where}: output {index} differs from eager"
+    return True
+
+
+def main():
+    if not replay_in_order([capture_once({})], [0] * REPLAYS, 0):
+        return
+    if CAPTURES > 1:
+        # The capture set: CAPTURES captures of the program in one pool, each on inputs of
+        # its own, as an engine captures its batch sizes, replayed in ORDER.
+        pool = {"pool": torch.cuda.graph_pool_handle()}
+        runs = [capture_once(pool) for _ in range(CAPTURES)]
+        if not replay_in_order(runs, ORDER, REPLAYS):
+            return
     print("reproducer passed: replay matched eager every time")
 
 

@@ -1,7 +1,7 @@
-"""Reproducer for a mismatch finding (target-bug) in target verification.targets.piecewise_cuda_graphs (sim).
+"""Reproducer for a break-arg-types finding (target-bug) in target verification.targets.sglang (sim).
 
-[target-bug] mismatch (replay 0): output 1 (value 2): 1 of 1 elements differ; first at (): got 0.1102253645658493, expected 0.09447888284921646
-Fuzzer command: python -m verification fuzz --target verification.targets.piecewise_cuda_graphs --device sim --seed 0 --examples 5000 --max-ops 12 --max-breaks 4 --replays 3
+[target-bug] break-arg-types (replay 0): break step 5 (attention): the list given to a break is the runner's own, updated in place before every replay, and reached it at replay as a copy made at capture: what the runner updates between replays does not reach the break
+Fuzzer command: python -m verification fuzz --target verification.targets.sglang --device sim --seed 0 --examples 5000 --max-ops 12 --max-breaks 4 --replays 3
 Exits non-zero while the bug is present.
 """
 
@@ -10,7 +10,7 @@ import functools
 
 import torch
 
-import verification.targets.piecewise_cuda_graphs as target
+import verification.targets.sglang as target
 from verification.sim import simulated_cuda
 
 DEVICE = "cpu"
@@ -18,15 +18,23 @@ SEED = 0
 REPLAYS = 3
 RTOL = 0.0
 ATOL = 0.0
-BREAK_STEPS = [1]
+BREAK_STEPS = [1, 2, 3, 5]
+CAPTURES = 1
+ORDER = []
 HOST_SEQUENCES = 1
 
 CALLS = []
 _depth = [0]
 
 
+def seen_now():
+    """What a break can read of the state it runs under (redefined below where it matters)."""
+    return ()
+
+
 def logged_break(step):
-    """Logs one call per break step (nested calls excluded), then applies the target's decorator."""
+    """Logs one call per break step (nested calls excluded): its buffers, its tensors' Python
+    attributes and the state it runs under; then applies the target's decorator."""
 
     def decorate(fn):
         @functools.wraps(fn)
@@ -35,7 +43,8 @@ def logged_break(step):
                 leaves = torch.utils._pytree.tree_flatten((args, kwargs))[0]
                 tensors = [a for a in leaves if isinstance(a, torch.Tensor)]
                 here = step if isinstance(step, int) else step_of(step)
-                CALLS.append((here, tuple(t.data_ptr() for t in tensors)))
+                attributes = tuple(tuple(sorted(t.__dict__)) for t in tensors)
+                CALLS.append((here, tuple(t.data_ptr() for t in tensors), attributes, seen_now()))
             _depth[0] += 1
             try:
                 return fn(*args, **kwargs)
@@ -74,6 +83,9 @@ class HostMeta:
     seq_lens: list
     num_tokens: int
     positions: torch.Tensor  # on the CPU
+    # Tensors the forward computes into the metadata inside the captured region (rotary
+    # cos/sin of the positions), by step: the runner keeps them, the graph rewrites them.
+    rotary: dict = dataclasses.field(default_factory=dict)
 
 
 def make_host(count, seed):
@@ -92,9 +104,9 @@ def update_host(host, seed):
 
 def define_breaks():
     """Defines each break step anew."""
-    global attention_0
-    # break op attention: one decorated function called at steps [1]
-    eager_break_during_capture = logged_break([1])
+    global step_1, step_2, step_3, attention_0
+    # break op attention: one decorated function called at steps [5]
+    eager_break_during_capture = logged_break([5])
     import dataclasses
     import math
 
@@ -102,7 +114,7 @@ def define_breaks():
 
     def host_total(host):
         if isinstance(host, torch.Tensor):
-            return int(host.sum())
+            return int(host.sum()) if host.device.type == "cpu" else 0
         if isinstance(host, int):
             return host
         if isinstance(host, dict):
@@ -133,6 +145,21 @@ def define_breaks():
 
     attention_0 = attention
 
+    # step 1: neg, run as an eager break
+    @logged_break(1)
+    def step_1(a0):
+        return torch.neg(a0)
+
+    # step 2: neg, run as an eager break
+    @logged_break(2)
+    def step_2(a0):
+        return torch.neg(a0)
+
+    # step 3: neg, run as an eager break
+    @logged_break(3)
+    def step_3(a0):
+        return torch.neg(a0)
+
 
 define_breaks()
 
@@ -141,14 +168,20 @@ def make_inputs(seed):
     g = torch.Generator().manual_seed(seed)
     return [
         torch.randn((), generator=g).to(torch.float32).to(DEVICE),
+        torch.randn((), generator=g).to(torch.float32).to(DEVICE),
     ]
 
 
-def program(v0, host):
-    v1 = torch.neg(v0)
-    v2 = at(1, attention_0)(v0, host.seq_lens, nested=False)
+def program(v0, v1, host):
+    v2 = v0.bernoulli_(0.25)
+    v3 = step_1(v0)
+    v4 = step_2(v0)
+    v5 = step_3(v0)
+    v6 = v0.mul_(v1)
+    del v1
+    v7 = at(5, attention_0)(v0, host.seq_lens, nested=False)
     del v0
-    return [v1, v2]
+    return [v2]
 
 
 def seed_rng(seed):
@@ -172,7 +205,8 @@ def same(actual, expected):
     return bool(torch.isclose(a, e, rtol=RTOL, atol=ATOL, equal_nan=True).all())
 
 
-def main():
+def capture_once(pool):
+    define_breaks()  # each capture's breaks keep state of their own
     static = [x.clone() for x in make_inputs(SEED)]
     host = make_host(HOST_SEQUENCES, SEED)  # the runner's, rewritten before replays
     side = torch.cuda.Stream()
@@ -180,7 +214,7 @@ def main():
     with torch.cuda.stream(side):
         seed_rng(SEED)
         program(*static, host)  # eager warm-up
-        capture = target.BreakableCUDAGraphCapture()
+        capture = target.BreakableCUDAGraphCapture(**pool)
         seed_rng(SEED)
         CALLS.clear()
         with capture:
@@ -188,8 +222,14 @@ def main():
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     captured = list(CALLS)
-    assert [s for s, _ in captured] == BREAK_STEPS, f"capture called breaks {captured}"
-    for replay in range(REPLAYS):
+    assert [call[0] for call in captured] == BREAK_STEPS, f"capture called breaks {captured}"
+    return static, capture, outputs, captured, host
+
+
+def replay_in_order(runs, order, first):
+    for replay, which in enumerate(order, start=first):
+        static, capture, outputs, captured, host = runs[which]
+        where = f"replay {replay}" + (f" (capture {which})" if len(runs) > 1 else "")
         seed = SEED + 1 + replay
         fresh = make_inputs(seed)
         define_breaks()  # the reference shares no state with the captured run's breaks
@@ -202,9 +242,24 @@ def main():
         seed_rng(seed)
         capture.replay()
         torch.cuda.synchronize()
-        assert CALLS == captured, f"replay {replay}: break calls {CALLS}, captured {captured}"
+        for call, want in zip(CALLS, captured):
+            assert call == want, f"{where}: break call {call} (step, buffers, attributes, state), captured {want}"
+        assert len(CALLS) == len(captured), f"{where}: break calls {CALLS}, captured {captured}"
         for index, (actual, want) in enumerate(zip(outputs, expected)):
-            assert same(actual, want), f"replay {replay}: output {index} differs from eager"
+            assert same(actual, want), f"{where}: output {index} differs from eager"
+    return True
+
+
+def main():
+    if not replay_in_order([capture_once({})], [0] * REPLAYS, 0):
+        return
+    if CAPTURES > 1:
+        # The capture set: CAPTURES captures of the program in one pool, each on inputs of
+        # its own, as an engine captures its batch sizes, replayed in ORDER.
+        pool = {"pool": torch.cuda.graph_pool_handle()}
+        runs = [capture_once(pool) for _ in range(CAPTURES)]
+        if not replay_in_order(runs, ORDER, REPLAYS):
+            return
     print("reproducer passed: replay matched eager every time")
 
 

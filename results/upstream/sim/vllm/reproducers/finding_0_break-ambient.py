@@ -1,6 +1,6 @@
-"""Reproducer for a mismatch finding (target-bug) in target verification.targets.vllm (sim).
+"""Reproducer for a break-ambient finding (target-bug) in target verification.targets.vllm (sim).
 
-[target-bug] mismatch (replay 0): output 1 (value 11): 1 of 1 elements differ; first at (): got 0.6613521575927734, expected -0.0
+[target-bug] break-ambient (replay 0): break step 1 (neg.out_plain) (called inside no_grad) ran at replay under grad mode True where eager had False: the target does not call it at replay under the state its region set around it
 Fuzzer command: python -m verification fuzz --target verification.targets.vllm --device sim --seed 0 --examples 5000 --max-ops 12 --max-breaks 4 --replays 3
 Exits non-zero while the bug is present.
 """
@@ -17,14 +17,22 @@ SEED = 0
 REPLAYS = 3
 RTOL = 0.0
 ATOL = 0.0
-BREAK_STEPS = [2, 3, 4, 5]
+BREAK_STEPS = [0, 1]
+CAPTURES = 1
+ORDER = []
 
 CALLS = []
 _depth = [0]
 
 
+def seen_now():
+    """What a break can read of the state it runs under (redefined below where it matters)."""
+    return ()
+
+
 def logged_break(step):
-    """Logs one call per break step (nested calls excluded), then applies the target's decorator."""
+    """Logs one call per break step (nested calls excluded): its buffers, its tensors' Python
+    attributes and the state it runs under; then applies the target's decorator."""
 
     def decorate(fn):
         @functools.wraps(fn)
@@ -33,7 +41,8 @@ def logged_break(step):
                 leaves = torch.utils._pytree.tree_flatten((args, kwargs))[0]
                 tensors = [a for a in leaves if isinstance(a, torch.Tensor)]
                 here = step if isinstance(step, int) else step_of(step)
-                CALLS.append((here, tuple(t.data_ptr() for t in tensors)))
+                attributes = tuple(tuple(sorted(t.__dict__)) for t in tensors)
+                CALLS.append((here, tuple(t.data_ptr() for t in tensors), attributes, seen_now()))
             _depth[0] += 1
             try:
                 return fn(*args, **kwargs)
@@ -45,16 +54,47 @@ def logged_break(step):
     return decorate
 
 
+import contextlib
+
+
+@contextlib.contextmanager
+def default_dtype(dtype):
+    """torch.set_default_dtype for the length of a block."""
+    was = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(was)
+
+
+def ambient_seen():
+    """What a break can read of the state it is called under."""
+
+    def autocast(device):
+        on = torch.is_autocast_enabled(device)
+        return str(torch.get_autocast_dtype(device)) if on else "off"
+
+    modes = torch.overrides._get_current_function_mode_stack()
+    return (
+        ("grad mode", torch.is_grad_enabled()),
+        ("inference mode", torch.is_inference_mode_enabled()),
+        ("autocast cuda", autocast("cuda")),
+        ("autocast cpu", autocast("cpu")),
+        ("default dtype", str(torch.get_default_dtype())),
+        ("flash attention", torch.backends.cuda.flash_sdp_enabled()),
+        ("function modes", tuple(type(m).__name__ for m in modes)),
+    )
+
+
+seen_now = ambient_seen
+
+
 def define_breaks():
     """Defines each break step anew."""
-    global step_2, step_3, step_4, step_5
-    # step 2: fill_, run as an eager break
-    @logged_break(2)
-    def step_2(a0, *, value):
-        return a0.fill_(value)
-
-    # step 3: break op neg.out_plain
-    eager_break_during_capture = logged_break(3)
+    global step_0, step_1
+    # step 0: break op neg.out_plain
+    eager_break_during_capture = logged_break(0)
     import dataclasses
     import math
 
@@ -76,10 +116,10 @@ def define_breaks():
         return out
 
 
-    step_3 = neg_out_plain
+    step_0 = neg_out_plain
 
-    # step 4: break op neg.out_plain
-    eager_break_during_capture = logged_break(4)
+    # step 1: break op neg.out_plain
+    eager_break_during_capture = logged_break(1)
     import dataclasses
     import math
 
@@ -101,12 +141,7 @@ def define_breaks():
         return out
 
 
-    step_4 = neg_out_plain
-
-    # step 5: add_out, run as an eager break
-    @logged_break(5)
-    def step_5(a0, a1, a2):
-        return torch.add(a0, a1, out=a2)
+    step_1 = neg_out_plain
 
 
 define_breaks()
@@ -122,21 +157,12 @@ def make_inputs(seed):
 
 
 def program(v0, v1, v2):
-    v3 = torch.neg(v0)
-    v4 = torch.neg(v0)
-    v5 = step_2(v4, value=0.0)
-    del v4
-    v6 = step_3(v0, v1)
+    v3 = step_0(v0, v1)
     del v1
-    v7 = step_4(v0, v2)
-    del v2
-    v8 = step_5(v0, v0, v3)
-    v9 = torch.neg(v0)
-    v10 = torch.neg(v0)
-    del v0
-    v11 = torch.neg(v5)
-    del v5
-    return [v3, v11]
+    with torch.no_grad():  # the region's own block
+        v4 = step_1(v0, v2)
+    del v0, v2
+    return [v3]
 
 
 def seed_rng(seed):
@@ -160,14 +186,15 @@ def same(actual, expected):
     return bool(torch.isclose(a, e, rtol=RTOL, atol=ATOL, equal_nan=True).all())
 
 
-def main():
+def capture_once(pool):
+    define_breaks()  # each capture's breaks keep state of their own
     static = [x.clone() for x in make_inputs(SEED)]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         seed_rng(SEED)
         program(*static)  # eager warm-up
-        capture = target.BreakableCUDAGraphCapture()
+        capture = target.BreakableCUDAGraphCapture(**pool)
         seed_rng(SEED)
         CALLS.clear()
         with capture:
@@ -175,8 +202,14 @@ def main():
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     captured = list(CALLS)
-    assert [s for s, _ in captured] == BREAK_STEPS, f"capture called breaks {captured}"
-    for replay in range(REPLAYS):
+    assert [call[0] for call in captured] == BREAK_STEPS, f"capture called breaks {captured}"
+    return static, capture, outputs, captured, None
+
+
+def replay_in_order(runs, order, first):
+    for replay, which in enumerate(order, start=first):
+        static, capture, outputs, captured, host = runs[which]
+        where = f"replay {replay}" + (f" (capture {which})" if len(runs) > 1 else "")
         seed = SEED + 1 + replay
         fresh = make_inputs(seed)
         define_breaks()  # the reference shares no state with the captured run's breaks
@@ -188,9 +221,24 @@ def main():
         seed_rng(seed)
         capture.replay()
         torch.cuda.synchronize()
-        assert CALLS == captured, f"replay {replay}: break calls {CALLS}, captured {captured}"
+        for call, want in zip(CALLS, captured):
+            assert call == want, f"{where}: break call {call} (step, buffers, attributes, state), captured {want}"
+        assert len(CALLS) == len(captured), f"{where}: break calls {CALLS}, captured {captured}"
         for index, (actual, want) in enumerate(zip(outputs, expected)):
-            assert same(actual, want), f"replay {replay}: output {index} differs from eager"
+            assert same(actual, want), f"{where}: output {index} differs from eager"
+    return True
+
+
+def main():
+    if not replay_in_order([capture_once({})], [0] * REPLAYS, 0):
+        return
+    if CAPTURES > 1:
+        # The capture set: CAPTURES captures of the program in one pool, each on inputs of
+        # its own, as an engine captures its batch sizes, replayed in ORDER.
+        pool = {"pool": torch.cuda.graph_pool_handle()}
+        runs = [capture_once(pool) for _ in range(CAPTURES)]
+        if not replay_in_order(runs, ORDER, REPLAYS):
+            return
     print("reproducer passed: replay matched eager every time")
 
 
