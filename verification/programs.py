@@ -401,6 +401,11 @@ def programs(
     # Arguments of breaks that may return them: an engine reads its logits after the logits
     # processor too, and only a later read tells an aliased result from a new one.
     read_after: list[int] = []
+    # Per step: the value it makes, and the memory (by root) it writes in place; a break
+    # whose result is written in place later cannot be called in inference mode (eager
+    # raises on an in-place update of an inference tensor outside it, at capture as here).
+    made: dict[int, int] = {}
+    writes: dict[int, set[int]] = {}
     for _ in range(draw(_integers(1, max_ops))):
         live = sorted(env)
         if host and breaks < max_breaks and draw(_booleans):
@@ -408,6 +413,8 @@ def programs(
             if drawn is not None:
                 spec, step = drawn
                 breaks += 1
+                writes[len(steps)] = {memory[step.args[m]] for m in spec.mutates}
+                made[len(steps)] = next_value
                 steps.append(step)
                 if spec.alias_varies:
                     read_after.append(step.args[0])
@@ -476,6 +483,9 @@ def programs(
             out = spec.infer(metas, params)
             assert out is not None, f"{spec.name} does not fit its own buffers"
         breaks += brk
+        writes[len(steps)] = {memory[args[m]] for m in spec.mutates}
+        if produces_value(spec):
+            made[len(steps)] = next_value
         steps.append(Step(spec.name, tuple(args), tuple(sorted(params.items())), brk))
         if produces_value(spec):
             if _overlaps(spec, args, out, env, overlapping):
@@ -501,12 +511,25 @@ def programs(
     if kept and draw(_booleans):
         outputs = tuple(sorted({*outputs, *kept}))
     # Drawn last, so that a failure that needs neither shrinks to plain calls.
-    steps = [_called(draw, step, _autocast_safe(step, env)) if step.brk else step for step in steps]
+    written_later = [
+        set().union(*(writes.get(j, set()) for j in range(i + 1, len(steps))))
+        for i in range(len(steps))
+    ]
+    steps = [
+        _called(
+            draw,
+            step,
+            autocast=_autocast_safe(step, env),
+            inference=i not in made or memory[made[i]] not in written_later[i],
+        )
+        if step.brk
+        else step
+        for i, step in enumerate(steps)
+    ]
     return _with_static_buffers(inputs, static, steps, outputs, host)
 
 
 _AMBIENT_WAYS = ("", *AMBIENT)
-_WAYS_WITHOUT_AUTOCAST = tuple(way for way in _AMBIENT_WAYS if not way.startswith("autocast"))
 # Autocast runs an op on these as eager does; on others (float64, float8) torch's autocast
 # raises inside the op ("Unexpected floating ScalarType"), eager as at replay.
 _AUTOCAST_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
@@ -519,11 +542,16 @@ def _autocast_safe(step: Step, env: Mapping[int, TensorMeta]) -> bool:
     )
 
 
-def _called(draw: st.DrawFn, step: Step, autocast: bool) -> Step:
+def _called(draw: st.DrawFn, step: Step, *, autocast: bool, inference: bool) -> Step:
     """``step`` (a break), a quarter of the time called inside a ``with`` block of the region
-    (autocast only where its arguments are of dtypes autocast takes), and a quarter of the
-    time with its tensors tagged."""
-    ways = _AMBIENT_WAYS if autocast else _WAYS_WITHOUT_AUTOCAST
+    (autocast only where its arguments are of dtypes autocast takes, inference mode only
+    where nothing writes its result in place later), and a quarter of the time with its
+    tensors tagged."""
+    ways = tuple(
+        way
+        for way in _AMBIENT_WAYS
+        if (autocast or not way.startswith("autocast")) and (inference or way != "inference_mode")
+    )
     way = draw(_sampled_from(ways)) if draw(_integers(0, 3)) == 3 else ""
     tagged = draw(_integers(0, 3)) == 3
     return dataclasses.replace(step, ambient=way, tag=tagged) if way or tagged else step

@@ -77,3 +77,23 @@ def test_make_inputs_is_deterministic_per_seed():
     assert any(not torch.equal(a, b) for a, b in zip(first, other) if a.numel() > 1) or all(
         a.numel() <= 1 for a in first
     )
+
+
+def test_a_break_called_in_inference_mode_returns_nothing_a_later_step_writes_in_place(
+    monkeypatch,
+):
+    # Eager raises on an in-place update of an inference tensor outside inference mode, so
+    # such a program would fail its own reference (an H100 run drew one). Every break the
+    # generator allows in inference mode is put there.
+    import dataclasses
+
+    from verification import programs as generator
+
+    def always(draw, step, *, autocast, inference):
+        return dataclasses.replace(step, ambient="inference_mode") if inference else step
+
+    monkeypatch.setattr(generator, "_called", always)
+    drawn = _sample(200, max_ops=8)
+    assert sum(any(s.ambient for s in p.steps) for p in drawn) > 50
+    for program in drawn:
+        run_eager(program, op_table(), make_inputs(program, 0, "cpu"), 0, "sim")

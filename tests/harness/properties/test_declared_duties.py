@@ -120,6 +120,7 @@ def test_each_declared_duty_bug_reproducer_fails_on_it_and_passes_on_the_correct
             paths.append(tmp_path / f"{bug}_{variant or 'correct'}.py")
             paths[-1].write_text(text)
     done = run_each_main(paths)
-    assert done.stdout.strip().splitlines()[-1] == str([1, 0] * len(SCENARIOS)), done.stderr[-3000:]
+    said = done.stdout.strip().splitlines()
+    assert said and said[-1] == str([1, 0] * len(SCENARIOS)), done.stderr[-3000:]
     for text in FOUND_AS.values():
         assert text in done.stderr, done.stderr[-3000:]
