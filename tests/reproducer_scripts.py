@@ -36,11 +36,34 @@ def imports(text: str) -> set[str]:
     return names
 
 
-def run_each_main(paths: Iterable[Path]) -> subprocess.CompletedProcess[str]:
+def run_each_main(
+    paths: Iterable[Path], *, separately: bool = False
+) -> subprocess.CompletedProcess[str]:
     """One process runs every script's ``main()`` as its entry point would, printing the list
-    of their exit codes last."""
+    of their exit codes last; ``separately``, a process per script (on a GPU a script whose
+    bug invalidates a capture can leave the process's CUDA state unusable for the next)."""
     env = child_env()
-    return subprocess.run(
-        [sys.executable, "-c", _RUN_EACH, *map(str, paths)],
-        capture_output=True, text=True, env=env, timeout=600, cwd="/",
-    )  # fmt: skip
+    runs = [[*map(str, paths)]] if not separately else [[str(p)] for p in paths]
+    done = [
+        subprocess.run(
+            [sys.executable, "-c", _RUN_EACH, *scripts],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            cwd="/",
+        )
+        for scripts in runs
+    ]
+    if len(done) == 1:
+        return done[0]
+    codes = []
+    for run in done:
+        said = run.stdout.strip().splitlines()
+        codes.extend(ast.literal_eval(said[-1]) if said else [f"rc={run.returncode}"])
+    return subprocess.CompletedProcess(
+        done[0].args,
+        max(run.returncode for run in done),
+        "".join(run.stdout for run in done) + f"{codes}\n",
+        "".join(run.stderr for run in done),
+    )

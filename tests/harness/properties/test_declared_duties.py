@@ -119,7 +119,7 @@ def test_each_declared_duty_bug_reproducer_fails_on_it_and_passes_on_the_correct
             assert text is not None
             paths.append(tmp_path / f"{bug}_{variant or 'correct'}.py")
             paths[-1].write_text(text)
-    done = run_each_main(paths)
+    done = run_each_main(paths, separately=bcg_kind == "cuda")
     said = done.stdout.strip().splitlines()
     assert said and said[-1] == str([1, 0] * len(SCENARIOS)), done.stderr[-3000:]
     for text in FOUND_AS.values():
