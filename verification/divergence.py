@@ -39,8 +39,13 @@ def _layout(t: torch.Tensor) -> str:
     return f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
 
 
-def describe(t: torch.Tensor | None, other: torch.Tensor | None = None) -> str:
-    """A tensor and, given the other run's, where they first differ."""
+def describe(
+    t: torch.Tensor | None,
+    other: torch.Tensor | None = None,
+    rtol: float = 0.0,
+    atol: float = 0.0,
+) -> str:
+    """A tensor and, given the other run's, where they first differ beyond the tolerance."""
     if t is None:
         return "missing"
     text = _layout(t)
@@ -51,7 +56,7 @@ def describe(t: torch.Tensor | None, other: torch.Tensor | None = None) -> str:
     a = torch.view_as_real(t).detach().cpu() if t.is_complex() else t.detach().cpu()
     b = torch.view_as_real(other).detach().cpu() if other.is_complex() else other.detach().cpu()
     a, b = a.double().reshape(-1), b.double().reshape(-1)
-    bad = ~torch.isclose(a, b, rtol=0.0, atol=0.0, equal_nan=True)
+    bad = ~torch.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
     if bad.any():
         i = int(bad.nonzero()[0])
         text += f", first at flat index {i}: eager {a[i].item():.6g}, replay {b[i].item():.6g}"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from verification import divergence
 from verification.bisect.trace import Trace
 
 
@@ -21,11 +22,7 @@ class Tolerance:
 
 
 def differs(a: torch.Tensor, b: torch.Tensor, tol: Tolerance) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return True
-    if a.is_floating_point() or a.is_complex():
-        return not torch.allclose(a, b, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
-    return not torch.equal(a, b)
+    return divergence.differs(a, b, tol.rtol, tol.atol)
 
 
 def first_diff(eager: list[torch.Tensor], replay: list[torch.Tensor], tol: Tolerance) -> int | None:
@@ -37,21 +34,8 @@ def first_diff(eager: list[torch.Tensor], replay: list[torch.Tensor], tol: Toler
 
 
 def describe(t: torch.Tensor | None, other: torch.Tensor | None = None) -> str:
-    """A tensor and, given the other run's, where they first differ."""
-    if t is None:
-        return "missing"
-    text = _layout(t)
-    if other is None:
-        return text
-    if other.shape != t.shape or other.dtype != t.dtype:
-        return f"eager {text}, replay {_layout(other)}"
-    a, b = t.detach().cpu().double().reshape(-1), other.detach().cpu().double().reshape(-1)
-    bad = ~torch.isclose(a, b, equal_nan=True)
-    if bad.any():
-        i = int(bad.nonzero()[0])
-        text += f", first at flat index {i}: eager {a[i].item():.6g}, replay {b[i].item():.6g}"
-        text += f" ({int(bad.sum())} of {a.numel()} elements differ)"
-    return text
+    """A tensor and, given the other run's, where they first differ (torch's isclose)."""
+    return divergence.describe(t, other, rtol=1e-5, atol=1e-8)
 
 
 def _read_difference(
@@ -63,10 +47,6 @@ def _read_difference(
         if differs(a, b, tol) and i < len(after) and not differs(a, after[i], tol):
             return i
     return None
-
-
-def _layout(t: torch.Tensor) -> str:
-    return f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
 
 
 @dataclass(frozen=True)
