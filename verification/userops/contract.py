@@ -615,8 +615,9 @@ def _repeated_call(loaded: LoadedSpec, case: Case, device: str, tol: Tolerance) 
     return broken(
         "no state across calls",
         f"called {count} times on the same values in new buffers ({_describe(case)}), it "
-        f"returns other values at call {count} than at the first: its result depends on how many calls came before (a "
-        f"count or step kept in module state). A replay does not repeat the capture's call "
+        f"returns other values at call {count} than at the first: its result depends on "
+        f"how many calls came before (a count or step kept in module state). A replay does "
+        f"not repeat the capture's call "
         f"count: the call at capture advances the count once, and every replay runs the op "
         f"again on the engine's own schedule. Pass the count in as an argument the caller "
         f"updates (in inout=), or derive it from the inputs.",
