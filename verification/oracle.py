@@ -42,7 +42,7 @@ from verification.execute import (
 )
 from verification.findings import OP_CONTRACT, TARGET_BUG, Finding
 from verification.ops.spec import OpSpec
-from verification.programs import Program, make_inputs, op_table, produces_value
+from verification.programs import Program, make_inputs, op_table, value_producers
 from verification.targets import Target
 
 # The check name of the findings of a program checked against eager.
@@ -173,16 +173,6 @@ def _ambient_changed(captured: CapturedProgram, program: Program) -> tuple[str, 
     return None if changed is None else (called_otherwise_message(changed, program), AMBIENT)
 
 
-def value_producers(program: Program, table: Mapping[str, OpSpec]) -> dict[int, int]:
-    """Which step produced each value of ``program`` (inputs are none's)."""
-    producers, value = {}, len(program.inputs)
-    for index, step in enumerate(program.steps):
-        if produces_value(table[step.op]):
-            producers[value] = index
-            value += 1
-    return producers
-
-
 def parting_of(
     program: Program,
     table: Mapping[str, OpSpec],
@@ -215,15 +205,12 @@ def fresh_returns_read(program: Program, table: Mapping[str, OpSpec]) -> list[in
     """Break steps whose result is a fresh tensor (not an argument, not a buffer the program
     gave) that a later step or the program's outputs read."""
     read = set(program.outputs) | {a for step in program.steps for a in step.args}
-    value, culprits = len(program.inputs), []
-    for index, step in enumerate(program.steps):
-        spec = table[step.op]
-        if spec.outputs == 0:
-            continue
+    culprits = []
+    for value, index in value_producers(program, table).items():
+        step, spec = program.steps[index], table[program.steps[index].op]
         fresh = spec.aliasing == "none" and not spec.out_buffers
         if step.brk and fresh and value in read:
             culprits.append(index)
-        value += 1
     return culprits
 
 

@@ -132,6 +132,16 @@ def produces_value(spec: OpSpec) -> bool:
     return spec.outputs > 0
 
 
+def value_producers(program: Program, table: Mapping[str, OpSpec]) -> dict[int, int]:
+    """Which step produced each value of ``program`` (inputs are none's), in order."""
+    producers, value = {}, len(program.inputs)
+    for index, step in enumerate(program.steps):
+        if produces_value(table[step.op]):
+            producers[value] = index
+            value += 1
+    return producers
+
+
 # Input values are built from these expressions (``g`` is a seeded CPU generator) both here
 # and in reproducer scripts, so that a reproducer sees exactly the fuzzer's values. Integers
 # stay small and non-zero-heavy so that arithmetic ops neither overflow nor degenerate.

@@ -189,8 +189,9 @@ def _eager_runs_differ(
     """Where two eager runs of ``program`` on the same inputs differ, each building its
     break callables afresh (a user op's module freshly imported), or None."""
     tol = program_tolerance(program, table)
-    runs = [run_eager(program, table, make_inputs(program, seed, device), seed, kind)]
-    runs.append(run_eager(program, table, make_inputs(program, seed, device), seed, kind))
+    runs = [
+        run_eager(program, table, make_inputs(program, seed, device), seed, kind) for _ in range(2)
+    ]
     for index, (a, b) in enumerate(zip(*runs)):
         problem = compare(a, b, tol)
         if problem is not None:

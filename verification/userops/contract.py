@@ -624,19 +624,27 @@ def _repeated_call(loaded: LoadedSpec, case: Case, device: str, tol: Tolerance) 
     )
 
 
-def _version_keyed(
+def _fresh_op_problem(
     loaded: LoadedSpec, case: Case, device: str, new: dict[str, torch.Tensor], tol: Tolerance
 ) -> Finding | None:
-    """Stale on new values written as a replay writes them, right on the same values written
-    with ``copy_``: the op keys a cache on the tensors' version counters."""
-    ops = [_fresh_spec(loaded) for _ in range(3)]
-    if any(op is None for op in ops):
+    """The long-lived op's stale answer, retried on freshly imported ops: wrong after the
+    case's own call alone, and right on the same values written with ``copy_``, it keys a
+    cache on the tensors' version counters; right after the case's own call alone, an
+    earlier call of other sizes or dtypes left the state (:func:`_breaking_earlier_call`)."""
+    reference = _fresh_spec(loaded)
+    if reference is None:
         return None
-    replayed, copied, reference = ops
     first = _first_call(reference, reference, new, case.params)
-    if _agree(_long_lived(replayed, case, device, new, replay=True), first, tol):
-        return None  # the case's own calls are right: earlier calls left the state
-    if not _agree(_long_lived(copied, case, device, new, replay=False), first, tol):
+
+    def stale(op: BreakOpSpec, replay: bool = True) -> bool:
+        return not _agree(_long_lived(op, case, device, new, replay=replay), first, tol)
+
+    replayed, copied = _fresh_spec(loaded), _fresh_spec(loaded)
+    if replayed is None or copied is None:
+        return None
+    if not stale(replayed):
+        return _breaking_earlier_call(loaded, case, device, stale)
+    if stale(copied, replay=False):
         return None
     return broken(
         "no state across calls",
@@ -685,17 +693,12 @@ def _earlier_calls_made(loaded: LoadedSpec, case: Case) -> list[Case]:
     return made
 
 
-def _earlier_call_problem(
-    loaded: LoadedSpec, case: Case, device: str, new: dict[str, torch.Tensor], tol: Tolerance
+def _breaking_earlier_call(
+    loaded: LoadedSpec, case: Case, device: str, wrong: Callable[[BreakOpSpec], bool]
 ) -> Finding | None:
-    """Right when only the case's own calls ran, wrong after one earlier call of other sizes
-    or dtypes: state kept by a key that leaves out what differs."""
-    fresh, reference = _fresh_spec(loaded), _fresh_spec(loaded)
-    if fresh is None or reference is None:
-        return None
-    first = _first_call(fresh, reference, new, case.params)
-    if not _agree(_long_lived(fresh, case, device, new, replay=True), first, tol):
-        return None
+    """The first earlier call (:func:`_earlier_calls_made`) after which a freshly imported op
+    goes ``wrong`` on ``case``, named with what differs in it: state kept by a key that
+    leaves that out."""
     for earlier in _earlier_calls_made(loaded, case):
         op = _fresh_spec(loaded)
         if op is None:
@@ -703,9 +706,8 @@ def _earlier_call_problem(
         args = materialize(op, earlier, earlier.seed, device)
         with contextlib.suppress(Exception):
             op.call(*args.values(), **earlier.params)
-        if _agree(_long_lived(op, case, device, new, replay=True), first, tol):
-            continue
-        return _earlier_call_finding(loaded, earlier, case)
+        if wrong(op):
+            return _earlier_call_finding(loaded, earlier, case)
     return None
 
 
@@ -747,10 +749,8 @@ def check_earlier_calls(loaded: LoadedSpec, case: Case, device: str) -> Finding 
     stashed = _tensor_state(module_globals) > tensors_before
     if _agree(used, first, tol):
         return None
-    found = (
-        _repeated_call(loaded, case, device, tol)
-        or _version_keyed(loaded, case, device, new, tol)
-        or _earlier_call_problem(loaded, case, device, new, tol)
+    found = _repeated_call(loaded, case, device, tol) or _fresh_op_problem(
+        loaded, case, device, new, tol
     )
     if found is not None:
         return found
@@ -901,15 +901,14 @@ def _sizes_problem(loaded: LoadedSpec, sizes: list[Case], device: str) -> Findin
         return None
     fresh = _fresh_spec(loaded)
     if fresh is not None and _sizes_mismatch(loaded, fresh, sizes, device) is None:
-        for earlier in _earlier_calls_made(loaded, sizes[0]):
-            op = _fresh_spec(loaded)
-            if op is None:
-                break
-            args = materialize(op, earlier, earlier.seed, device)
-            with contextlib.suppress(Exception):
-                op.call(*args.values(), **earlier.params)
-            if _sizes_mismatch(loaded, op, sizes, device) is not None:
-                return _earlier_call_finding(loaded, earlier, sizes[0])
+        left = _breaking_earlier_call(
+            loaded,
+            sizes[0],
+            device,
+            lambda op: _sizes_mismatch(loaded, op, sizes, device) is not None,
+        )
+        if left is not None:
+            return left
     order, number, index = found
     described = " > ".join(f"({_describe(size)})" for size in sizes)
     return broken(
