@@ -6,10 +6,15 @@ a checkout (``PYTHONPATH=.``) it is loaded here instead, never twice. The suite 
 Tests marked ``long`` (minutes each, in a child process) are spread evenly through the
 collection: xdist's ``worksteal`` scheduler (pyproject's addopts) gives each worker a
 contiguous run of it, so they start early and on different workers, instead of one worker
-running them back to back while the others idle.
+running them back to back while the others idle. A test may not leave a thread of its own
+running: on a GPU, a thread stuck inside a capture makes every later test of the worker fail
+with "operation not permitted when stream is capturing", far from the test that left it.
 """
 
 import sys
+import threading
+import time
+import traceback
 
 import pytest
 
@@ -52,3 +57,26 @@ def _clean_capture_after_a_failed_one():
             graph.capture_begin()
             graph.capture_end()
         del graph
+
+
+# How long a test's threads may take to end after it returns (a check joins its own first).
+_THREAD_GRACE_S = 5.0
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_left_running():
+    before = set(threading.enumerate())
+    yield
+    left = [t for t in threading.enumerate() if t not in before]
+    deadline = time.monotonic() + _THREAD_GRACE_S
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = [t for t in left if t.is_alive()]
+    if left:
+        frames = sys._current_frames()
+        where = "; ".join(
+            f"{t.name!r} at {traceback.format_stack(frames[t.ident])[-1].strip()}"
+            for t in left
+            if t.ident in frames
+        )
+        pytest.fail(f"the test left {len(left)} thread(s) running: {where}", pytrace=False)

@@ -1111,3 +1111,28 @@ def test_capture_begin_on_a_capturing_stream_raises_torchs_register_error(bcg_de
             inner.capture_begin()
         outer.capture_end()
     torch.cuda.current_stream().wait_stream(s)
+
+
+# An op whose meta (fake) kernel gives another shape than its kernel, as torch 2.11's
+# linalg_vector_norm of one element does: a capture's output must have the kernel's shape.
+_LYING = "bcg_test_semantics::row_sums"
+
+
+@torch.library.custom_op(_LYING, mutates_args=())
+def _row_sums(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(dim=-1)
+
+
+@_row_sums.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(x.shape)  # the reduced dimension kept: wrong
+
+
+def test_a_captured_output_has_the_kernels_shape_where_the_meta_kernel_disagrees(bcg_device):
+    x = torch.randn(3, 5, device=bcg_device)
+    expected = _row_sums(x)
+    g, y = _capture(_row_sums, x)
+    g.replay()
+    torch.cuda.synchronize()
+    assert y.shape == expected.shape == (3,)
+    assert torch.allclose(y, expected)

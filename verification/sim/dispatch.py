@@ -212,11 +212,41 @@ def _output_metadata(
         result = func(*tree_map(_to_meta, args), **tree_map(_to_meta, meta_kwargs))
     except (NotImplementedError, RuntimeError):
         return func(*args, **kwargs)
+    result = _as_a_kernel_lays_out(func, args, kwargs, result)
     if key is not None:
         if len(_meta_cache) >= _META_CACHE_LIMIT:
             _meta_cache.clear()
         _meta_cache[key] = result
     return result
+
+
+def _shape_and_dtype(x: Any) -> Any:
+    return (tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else None
+
+
+def _as_a_kernel_lays_out(func: Any, args: tuple, kwargs: dict, meta: Any) -> Any:
+    """``meta``, or the layout of the op's real outputs where its meta kernel disagrees.
+
+    Some torch releases ship meta kernels that give another shape than the kernel itself
+    (2.11's ``linalg_vector_norm`` of one element keeps the reduced dimension). A replay must
+    produce what eager produces, so each new call layout's shapes and dtypes are checked once
+    against a run of the op on copies of its inputs, with the generator's state put back;
+    strides stay the meta kernel's, which follow CUDA's where CPU kernels may not.
+    """
+    try:
+        copied_args, copied_kwargs = tree_map(_cloned, (args, kwargs))
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            real = func(*copied_args, **copied_kwargs)
+    except Exception:  # inputs that a capture has not written yet may be invalid for the op
+        return meta
+    if tree_map(_shape_and_dtype, real) == tree_map(_shape_and_dtype, meta):
+        return meta
+    return tree_map(_to_meta, real)
+
+
+def _cloned(x: Any) -> Any:
+    return x.clone() if isinstance(x, torch.Tensor) else x
 
 
 def _is_mask(x: Any) -> bool:
