@@ -137,12 +137,28 @@ def raised_by_harness(error: BaseException) -> bool:
 
 def describe(error: BaseException) -> str:
     """``repr(error)`` and, where it passed code under test, that frame:
-    ``AssertionError() [at pkg/mod.py:12, in fn]``."""
+    ``AssertionError() [at pkg/mod.py:12, in fn]``; then the program step it was raised in,
+    where the harness noted one (:func:`note_step`)."""
     frame = target_frame(error)
     text = repr(error)
     if len(text) > 400:  # a message that quotes a whole tensor or traceback
         text = f"{type(error).__name__}({str(error)[:300]!r}...)"
-    return text if frame is None else f"{text} [at {frame}]"
+    text = text if frame is None else f"{text} [at {frame}]"
+    step = getattr(error, _STEP, None)
+    return text if step is None else f"{text} (in {step})"
+
+
+_STEP = "bcg_program_step"
+
+
+def note_step(error: BaseException, where: str) -> None:
+    """Notes on ``error`` the program step it passed, innermost first: a finding then says
+    which step raised and how that step was called."""
+    if getattr(error, _STEP, None) is None:
+        try:
+            setattr(error, _STEP, where)
+        except AttributeError:  # an exception type with slots
+            pass
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,13 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
+from verification import causes
 from verification.causes import forwarder
 from verification.ops.ambient import ambient_context, ambient_seen, seen_difference, tagged
+from verification.ops.bindings import bound_as
 from verification.ops.host import HOST_SOURCE, host_argument
 from verification.ops.spec import Decorate, OpSpec
-from verification.programs import Program, produces_value
+from verification.programs import Program, Step, call_way, produces_value
 from verification.sim import POISON_INT16
 from verification.targets import Target
 
@@ -319,32 +321,49 @@ class BreakLog:
 def step_callables(
     program: Program, table: Mapping[str, OpSpec], decorate: Decorate, log: BreakLog
 ) -> list[Callable[..., Any]]:
-    """The callable of each step; break steps are logged, then decorated with ``decorate``.
-    Steps of one op and function slot (``Step.fn``) call one callable, built once."""
+    """The callable of each step; break steps are logged, then decorated with ``decorate``
+    as the step's binding defines them (``Step.bind``). Steps of one op and function slot
+    (``Step.fn``) call one callable, built once."""
 
-    def decorate_step(index: int | Sequence[int], watch: bool = False) -> Decorate:
-        return lambda fn: decorate(log.wrap(index, fn, watch))
+    def decorate_step(index: int | Sequence[int], bind: str, watch: bool = False) -> Decorate:
+        return lambda fn: bound_as(bind, decorate, log.wrap(index, fn, watch))
 
     slots: dict[tuple[str, int], list[int]] = {}
     for index, step in enumerate(program.steps):
         if step.fn >= 0:
             slots.setdefault((step.op, step.fn), []).append(index)
     shared: dict[tuple[str, int], Callable[..., Any]] = {}
-    callables = []
-    for index, step in enumerate(program.steps):
+
+    def step_callable(index: int, step: Step) -> Callable[..., Any]:
         spec = table[step.op]
         if step.fn >= 0:
             key = (step.op, step.fn)
             if key not in shared:
-                shared[key] = spec.callable_for(decorate_step(slots[key], spec.alias_varies))
-            callables.append(log.at(index, shared[key]))
-        elif spec.kind == "break":
-            callables.append(spec.callable_for(decorate_step(index, spec.alias_varies)))
-        elif step.brk:
-            callables.append(decorate_step(index)(spec.callable_for(_identity)))
-        else:
-            callables.append(spec.callable_for(_identity))
+                steps = slots[key]
+                bind = program.steps[steps[0]].bind
+                shared[key] = spec.callable_for(decorate_step(steps, bind, spec.alias_varies))
+            return log.at(index, shared[key])
+        if spec.kind == "break":
+            return spec.callable_for(decorate_step(index, step.bind, spec.alias_varies))
+        if step.brk:
+            return decorate_step(index, step.bind)(spec.callable_for(_identity))
+        return spec.callable_for(_identity)
+
+    callables = []
+    for index, step in enumerate(program.steps):
+        try:
+            callables.append(step_callable(index, step))
+        except BaseException as error:  # the target's decorator refused the definition
+            note_step(error, index, step)
+            raise
     return callables
+
+
+def note_step(error: BaseException, index: int, step: Step) -> None:
+    """Notes on ``error`` that step ``index`` raised it, and how the step was called."""
+    way = call_way(step)
+    kind = "break" if step.brk else "op"
+    causes.note_step(error, f"step {index}, {kind} {step.op}" + (f": {way}" if way else ""))
 
 
 def run_steps(
@@ -369,11 +388,15 @@ def run_steps(
         args = [tagged(env[a]) if step.tag else env[a] for a in step.args]
         if step.host:
             args.append(host_argument(step.host, host))
-        if step.ambient:
-            with ambient_context(step.ambient):
+        try:
+            if step.ambient:
+                with ambient_context(step.ambient):
+                    result = fn(*args, **step.kwargs)
+            else:
                 result = fn(*args, **step.kwargs)
-        else:
-            result = fn(*args, **step.kwargs)
+        except BaseException as error:
+            note_step(error, index, step)
+            raise
         if produces_value(table[step.op]):
             env[next_value] = result
             next_value += 1

@@ -29,6 +29,7 @@ from hypothesis import reject
 from hypothesis import strategies as st
 
 from verification.ops.ambient import AMBIENT
+from verification.ops.bindings import BINDINGS
 from verification.ops.breaks import ENGINE_KEY
 from verification.ops.host import HOST_FORMS
 from verification.ops.kernels import has_kernel
@@ -52,7 +53,9 @@ class Step:
     values are passed after the tensors ("" for none); ``fn``: the function slot an engine
     break shares with every other step of its op and slot (-1: a function of its own).
     ``ambient``: the ``with`` block of :data:`~verification.ops.ambient.AMBIENT` the step is
-    called in ("" for none); ``tag``: its tensor arguments carry a Python attribute.
+    called in ("" for none); ``tag``: its tensor arguments carry a Python attribute;
+    ``bind``: how the decorated callable is defined (:data:`~verification.ops.bindings.BINDINGS`,
+    "" for a plain function; a shared function takes its first step's).
     """
 
     op: str
@@ -64,6 +67,7 @@ class Step:
     fn: int = -1
     ambient: str = ""
     tag: bool = False
+    bind: str = ""
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -85,6 +89,21 @@ class Program:
     @property
     def num_breaks(self) -> int:
         return sum(step.brk for step in self.steps)
+
+
+def call_way(step: Step) -> str:
+    """How a step is called, in words, where it differs from a plain positional call of a
+    plain function: what a finding at the step says beside the error."""
+    ways = [f"defined as {BINDINGS[step.bind]}"] if step.bind else []
+    if step.ambient:
+        ways.append(f"called inside `with {AMBIENT[step.ambient]}`")
+    if step.tag:
+        ways.append("its tensors carrying a Python attribute")
+    if step.host:
+        ways.append(f"handed the host values as {HOST_FORMS[step.host]}")
+    if step.fn >= 0:
+        ways.append("one function shared with other steps")
+    return "; ".join(ways)
 
 
 def default_ops() -> tuple[OpSpec, ...]:
@@ -540,6 +559,7 @@ def programs(
 
 
 _AMBIENT_WAYS = ("", *AMBIENT)
+_BINDING_WAYS = tuple(BINDINGS)
 # Autocast runs an op on these as eager does; on others (float64, float8) torch's autocast
 # raises inside the op ("Unexpected floating ScalarType"), eager as at replay.
 _AUTOCAST_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
@@ -555,8 +575,8 @@ def _autocast_safe(step: Step, env: Mapping[int, TensorMeta]) -> bool:
 def _called(draw: st.DrawFn, step: Step, *, autocast: bool, inference: bool) -> Step:
     """``step`` (a break), a quarter of the time called inside a ``with`` block of the region
     (autocast only where its arguments are of dtypes autocast takes, inference mode only
-    where nothing writes its result in place later), and a quarter of the time with its
-    tensors tagged."""
+    where nothing writes its result in place later), a quarter of the time with its
+    tensors tagged, and a quarter of the time defined otherwise than as a plain function."""
     ways = tuple(
         way
         for way in _AMBIENT_WAYS
@@ -564,7 +584,10 @@ def _called(draw: st.DrawFn, step: Step, *, autocast: bool, inference: bool) -> 
     )
     way = draw(_sampled_from(ways)) if draw(_integers(0, 3)) == 3 else ""
     tagged = draw(_integers(0, 3)) == 3
-    return dataclasses.replace(step, ambient=way, tag=tagged) if way or tagged else step
+    bind = draw(_sampled_from(_BINDING_WAYS)) if draw(_integers(0, 3)) == 3 else ""
+    if not (way or tagged or bind):
+        return step
+    return dataclasses.replace(step, ambient=way, tag=tagged, bind=bind)
 
 
 def _engine_step(

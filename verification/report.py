@@ -15,6 +15,7 @@ from pathlib import Path
 from verification.devices import DeviceKind
 from verification.findings import Finding
 from verification.ops.ambient import AMBIENT, AMBIENT_SOURCE, TAGGED_SOURCE
+from verification.ops.bindings import BINDING_SOURCE
 from verification.ops.host import HOST_FORMS, HOST_SOURCE
 from verification.ops.spec import OpSpec
 from verification.oracle import program_tolerance, shared_pool_of
@@ -33,9 +34,10 @@ def seen_now():
 
 def logged_break(step):
     """Logs one call per break step (nested calls excluded): its buffers, its tensors' Python
-    attributes and the state it runs under; then applies the target's decorator."""
+    attributes and the state it runs under; then applies the target's decorator, to the
+    function defined as ``way`` says (a method, a partial ...: ``bound_as``)."""
 
-    def decorate(fn):
+    def decorate(fn, way=""):
         @functools.wraps(fn)
         def logged(*args, **kwargs):
             if _depth[0] == 0:
@@ -50,6 +52,8 @@ def logged_break(step):
             finally:
                 _depth[0] -= 1
 
+        if way:
+            return bound_as(way, target.eager_break_during_capture, logged)
         return target.eager_break_during_capture(logged)
 
     return decorate
@@ -170,7 +174,7 @@ def _break_blocks(program: Program, table: dict[str, OpSpec]) -> list[str]:
         spec = table[op]
         blocks.append(
             f"# break op {spec.name}: one decorated function called at steps {steps}\n"
-            f"eager_break_during_capture = logged_break({steps})\n"
+            f"eager_break_during_capture = {_decorating(steps, program)}\n"
             f"{spec.source.strip()}\n\n\n{_shared_name(op, slot)} = {spec.entry}\n"
         )
     for index, step in enumerate(program.steps):
@@ -180,7 +184,7 @@ def _break_blocks(program: Program, table: dict[str, OpSpec]) -> list[str]:
         if spec.kind == "break":
             blocks.append(
                 f"# step {index}: break op {spec.name}\n"
-                f"eager_break_during_capture = logged_break({index})\n"
+                f"eager_break_during_capture = {_decorating(index, program)}\n"
                 f"{spec.source.strip()}\n\n\nstep_{index} = {spec.entry}\n"
             )
         elif step.brk:
@@ -191,9 +195,19 @@ def _break_blocks(program: Program, table: dict[str, OpSpec]) -> list[str]:
             result = "return " if produces_value(spec) else ""
             blocks.append(
                 f"# step {index}: {spec.name}, run as an eager break\n"
-                f"@logged_break({index})\ndef step_{index}({signature}):\n    {result}{body}\n"
+                f"@{_decorating(index, program)}\n"
+                f"def step_{index}({signature}):\n    {result}{body}\n"
             )
     return blocks
+
+
+def _decorating(steps: int | list[int], program: Program) -> str:
+    """The decorator of the step(s)' function: ``logged_break``'s, applied to the function
+    defined as the (first) step's binding says."""
+    first = steps if isinstance(steps, int) else steps[0]
+    bind = program.steps[first].bind
+    plain = f"logged_break({steps})"
+    return f"lambda fn: {plain}(fn, {bind!r})" if bind else plain
 
 
 def _shared_slots(program: Program) -> dict[tuple[str, int], list[int]]:
@@ -291,7 +305,8 @@ def program_source(program: Program, name: str, ops: Sequence[OpSpec] | None = N
     blocks = [b.strip("\n") for b in [*_call_way_sources(program), *_break_blocks(program, table)]]
     body = "\n\n".join([*blocks, _program_function(program, table, hooked=True).strip("\n")])
     return (
-        _inputs_function(program, f"{name}_inputs", on_device=False)
+        "".join(f"{source.strip()}\n\n\n" for source in _binding_source(program))
+        + _inputs_function(program, f"{name}_inputs", on_device=False)
         + f"\n\ndef define_{name}(logged_break):\n"
         f'    """The program, each break step made anew through logged_break(step)."""\n'
         f"{textwrap.indent(body, '    ')}\n\n    return program\n"
@@ -351,6 +366,7 @@ def render_reproducer(
         *([_SHARED_STEPS] if _shared_slots(program) else []),
         *([HOST_SOURCE] if program.host else []),
         *_call_way_sources(program),
+        *_binding_source(program),
         *(["seen_now = ambient_seen\n"] if any(s.ambient for s in program.steps) else []),
         *_break_definitions(program, table),
         _inputs_function(program),
@@ -368,6 +384,12 @@ def _call_way_sources(program: Program) -> list[str]:
         *([TAGGED_SOURCE] if any(s.tag for s in program.steps) else []),
         *([AMBIENT_SOURCE] if any(s.ambient for s in program.steps) else []),
     ]
+
+
+def _binding_source(program: Program) -> list[str]:
+    """``bound_as``, at the script's top level where a break is bound otherwise than as a
+    plain function (``logged_break`` and the property scripts' stand-in call it)."""
+    return [BINDING_SOURCE] if any(s.bind for s in program.steps) else []
 
 
 def _with_refusal(check: str) -> str:

@@ -1,5 +1,6 @@
 """The fuzzer finds every planted bug in what a break sees at replay (the ambient state its
-region set, the runner's own metadata, its tensors' attributes), and names it as such."""
+region set, the runner's own metadata, its tensors' attributes) or in how its function may be
+defined (a method, a partial), and names it as such."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ NAMED_BY = {
     "only_autocast_restored": "ran at replay under",
     "caller_container_copied": "is the runner's own",
     "attributes_dropped": "with attributes [bcg_tag]",
+    "decorator_without_binding": "defined as a method of a torch.nn.Module",
+    "break_named_by_its_function": "defined as a",
 }
 
 

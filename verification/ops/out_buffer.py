@@ -4,7 +4,7 @@ allocated and returns None, so no target has to refresh a returned tensor.
 :func:`out_buffer_forms` derives, from an op whose result is a fresh tensor (a catalog break
 op, or a capturable op run as a break), one break op per entry of :data:`FORMS`: positional
 buffer, keyword arguments, tensors inside a container, nested decorated calls, a view of a
-larger buffer as the output, and two outputs per break. The program allocates the buffers
+larger buffer as the output (contiguous, or strided), and two outputs per break. The program allocates the buffers
 (inside the capture with :data:`ALLOC`, or as static buffers before it) and later steps read
 them. Every derived op is standalone ``source`` text, so reproducers print it unchanged.
 """
@@ -43,7 +43,8 @@ class Form:
     """How an out-buffer break takes its buffers: ``buffers`` of them, the op's own breaks
     kept decorated inside it (``nested``), or the output a view of a larger buffer (``view``).
     ``nested_write``: the break calls a decorated function that writes the buffer and returns
-    nothing, the nesting a contract without device returns allows."""
+    nothing, the nesting a contract without device returns allows. ``strided``: that view
+    steps over every other element of the larger buffer (a non-contiguous output)."""
 
     name: str
     buffers: int = 1
@@ -52,6 +53,7 @@ class Form:
     nested: bool = False
     view: bool = False
     nested_write: bool = False
+    strided: bool = False
 
 
 FORMS: tuple[Form, ...] = (
@@ -60,6 +62,7 @@ FORMS: tuple[Form, ...] = (
     Form("container", container=True),
     Form("nested", nested=True),
     Form("view", view=True),
+    Form("strided", view=True, strided=True),
     Form("pair", buffers=2),
     Form("nested_write", nested_write=True),
 )
@@ -126,7 +129,7 @@ def _source(spec: OpSpec, form: Form, entry: str, params: list[str]) -> str:
     buffers = ["big"] if form.view else outs
     entry_fn = [f"def {entry}({_signature(*names, *buffers, *keyword_params)}):"]
     if form.view:
-        entry_fn.append("    out = big[1]")
+        entry_fn.append("    out = big[..., 1]" if form.strided else "    out = big[1]")
     entry_fn.append(f"    {entry}_write({call})")
     entry_fn.append(
         "    return torch.stack([out, out2])" if form.buffers == 2 else "    return out"
@@ -154,6 +157,8 @@ def _buffers(
 ) -> tuple[TensorMeta, ...]:
     base = spec.infer(metas, p)
     assert base is not None
+    if form.strided:
+        return (TensorMeta((*base.shape, 2), base.dtype),)
     if form.view:
         return (TensorMeta((2, *base.shape), base.dtype),)
     return (base,) * form.buffers

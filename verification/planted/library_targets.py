@@ -53,6 +53,31 @@ BUGS: dict[str, tuple[str, Callable[[ModuleType], None]]] = {
             "        return copy\n",
         ),
     ),
+    "decorator_without_binding": (
+        "the decorator returns an object with __call__ and no __get__, so a decorated method "
+        "called through its module is handed no self (every attention layer's forward)",
+        _edited(
+            "breaks",
+            "    return eager_break\n",
+            "    return _Unbound(eager_break)\n\n\n"
+            "class _Unbound:\n"
+            "    def __init__(self, fn):\n"
+            "        self._fn = fn\n"
+            "        functools.update_wrapper(self, fn)\n\n"
+            "    def __call__(self, *args, **kwargs):\n"
+            "        return self._fn(*args, **kwargs)\n",
+        ),
+    ),
+    "break_named_by_its_function": (
+        "the decorator labels each break with fn.__name__, which a functools.partial or a "
+        "kernel object does not have: decorating one fails",
+        _edited(
+            "breaks",
+            "    @functools.wraps(fn)\n    def eager_break(",
+            "    label = fn.__name__  # noqa: F841\n\n    @functools.wraps(fn)\n"
+            "    def eager_break(",
+        ),
+    ),
     "attributes_dropped": (
         "the alias standing for a tensor made in the capture drops its Python attributes "
         "(a mask tagged on the logits is gone at replay)",

@@ -35,12 +35,16 @@ BUGS: dict[str, str] = {
     "kwargs_dropped": "an eager step replays without its keyword arguments",
     "eager_before_feeding_graph": "an eager step is recorded before the graph that feeds it",
     "nested_call_crashes": "a decorated call inside a decorated call ends a closed segment",
+    "alias_drops_strides": (
+        "the non-owning alias of an eager step's tensor keeps its size and offset but not its "
+        "strides, so a strided view (an output written every other element) is read as dense"
+    ),
 }
 
 _active = threading.local()
 
 
-def _weak_ref(value: Any) -> Any:
+def _weak_ref(value: Any, dense: bool = False) -> Any:
     """A tensor over the same device memory that does not own it (vLLM's weak_ref_tensor).
 
     Conjugate and negative views and tensor subclasses are kept as they are: a tensor rebuilt
@@ -56,30 +60,31 @@ def _weak_ref(value: Any) -> Any:
         storage.data_ptr(), value.device, storage.nbytes()
     )
     empty = torch.empty((), dtype=value.dtype, device=value.device)
-    weak = empty.set_(alias, value.storage_offset(), value.size(), value.stride())
+    stride = torch.empty(value.size(), device="meta").stride() if dense else value.stride()
+    weak = empty.set_(alias, value.storage_offset(), value.size(), stride)
     weak.__dict__.update(value.__dict__)
     return weak
 
 
-def _weak_refs(tree: Any) -> Any:
+def _weak_refs(tree: Any, dense: bool = False) -> Any:
     """``tree`` with device tensors replaced by :func:`_weak_ref`; a list, tuple or dict none
     of whose items changed is kept as itself, since the runner may rewrite it in place before
     a replay (a list of sequence lengths) and the break must see that at replay."""
     if isinstance(tree, (list, tuple)):
-        items = [_weak_refs(item) for item in tree]
+        items = [_weak_refs(item, dense) for item in tree]
         if all(a is b for a, b in zip(items, tree)):
             return tree
         if isinstance(tree, tuple) and hasattr(type(tree), "_fields"):
             return type(tree)(*items)
         return type(tree)(items)
     if isinstance(tree, dict):
-        values = {key: _weak_refs(value) for key, value in tree.items()}
+        values = {key: _weak_refs(value, dense) for key, value in tree.items()}
         if all(values[key] is tree[key] for key in tree):
             return tree
         rebuilt = copy.copy(tree)
         rebuilt.update(values)
         return rebuilt
-    return _weak_ref(tree)
+    return _weak_ref(tree, dense)
 
 
 class _Capture:
@@ -173,7 +178,8 @@ class _Capture:
         called_under = ambient.read()
         self._close_segment()
         if self.hold == "weak":  # between segments: nothing of this lands in a graph
-            replay_args, replay_kwargs = _weak_refs((replay_args, replay_kwargs))
+            dense = "alias_drops_strides" in self.bugs
+            replay_args, replay_kwargs = _weak_refs((replay_args, replay_kwargs), dense)
         step = ("eager", functools.partial(fn, *replay_args, **replay_kwargs))
         changed = ambient.delta(called_under, self._entry)
         if changed is not None:  # the region's own with-blocks, applied again at replay

@@ -67,8 +67,18 @@ def op_table(ops: Any = None) -> None:
 
 
 def step_callables(program: ScriptProgram, table: Any, decorate: Any, log: Any) -> Any:
-    """The program's function, each break step logged, then decorated with ``decorate``."""
-    return program.define(lambda step: lambda fn: decorate(log.wrap(step, fn)))
+    """The program's function, each break step logged, then decorated with ``decorate`` as
+    the step's binding defines it (``bound_as``, which the script then defines beside this)."""
+
+    def logged_break(step: Any) -> Any:
+        def decorate_step(fn: Any, way: str = "") -> Any:
+            if way:
+                return globals()["bound_as"](way, decorate, log.wrap(step, fn))
+            return decorate(log.wrap(step, fn))
+
+        return decorate_step
+
+    return program.define(logged_break)
 
 
 def run_steps(
