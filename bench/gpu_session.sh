@@ -181,6 +181,15 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       done
       step duties_tests 200 python3 -m pytest -q -p no:cacheprovider -n 4 --bcg-device=cuda -rfE tests/harness/properties/test_declared_duties.py tests/harness/properties/test_caller_duties.py tests/harness/properties/test_pool.py
       step duties_vllm_pool 150 python3 -m verification check pool --target verification.targets.vllm --target-path .upstream --device cuda ;;
+    pool_direct)
+      # Where a capture given pool=p puts its memory, asked of torch's allocator: a capture
+      # ignoring its pool is found by that question, the library and vLLM's minimal capture keep
+      # their memory in the pool given, an out-of-order demonstration that cannot corrupt is an
+      # `undecided` note (never a harness error), and the question's reproducer stands alone.
+      step pool_direct_tests 240 python3 -m pytest -q -p no:cacheprovider -n 4 --bcg-device=cuda -rfE tests/harness/properties/test_pool_placement.py tests/harness/properties/test_pool.py tests/harness/properties/test_standalone.py::test_every_fixed_scenario_reproducer_passes_on_the_library_importing_only_torch_and_it
+      planted pool_not_honoured
+      step pool_direct_planted 120 env PYTHONPATH="$PYTHONPATH:/tmp/planted" python3 -m verification check pool --target planted_pool_not_honoured --device cuda --examples 5
+      step pool_direct_library 150 python3 -m verification check pool --device cuda ;;
     causes)
       # Causes as values on the GPU: the nested-op raise named as such, a planted mismatch
       # named at the break where replay parts from eager (run the upstream phase beside it:

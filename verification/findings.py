@@ -40,6 +40,7 @@ KNOWN_UNSAFE = "known-unsafe"
 TORCH_LIMIT = "torch-limit"
 CALLER_DUTY = "caller-duty"
 SKIPPED = "skipped"
+UNDECIDED = "undecided"
 
 # Every kind, in one table that no import fills: what it holds never depends on which
 # checks were imported first. A new kind is one entry here.
@@ -93,6 +94,14 @@ FINDING_KINDS: dict[str, FindingKind] = {
             False,
             "a limitation of torch or CUDA that no target can work around, shown by the "
             "checker; never a target bug",
+            about_target=False,
+        ),
+        FindingKind(
+            UNDECIDED,
+            False,
+            "a question the check could not decide in this run (the allocator placed memory "
+            "so that a demonstration could not show its hazard, or a capture left nothing to "
+            "ask about); it says nothing for or against the target",
             about_target=False,
         ),
         FindingKind(

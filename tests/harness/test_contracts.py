@@ -85,12 +85,13 @@ def test_only_target_bugs_and_bugs_of_the_users_op_under_test_fail_a_check():
 
 
 def test_checker_notes_leave_the_verdict_and_are_listed_apart_from_findings():
-    # known-unsafe and torch-limit are true of every target: a note, not a finding.
+    # known-unsafe and torch-limit are true of every target, undecided says what a run could
+    # not decide: a note, not a finding.
     import verification.properties  # noqa: F401 - registers the property checks' kinds
     from verification.certify.certificate import markdown
 
     notes = [k for k in FINDING_KINDS if not about_target(k)]
-    assert set(notes) == {"known-unsafe", "torch-limit"}
+    assert set(notes) == {"known-unsafe", "torch-limit", "undecided"}
     assert _result(*notes).verdict == "pass"
     assert _result("memory-held", *notes).verdict == "explained"
     finding = {"violation": "v", "message": "m", "explanation": "e", "steps": 1, "seed": 0}

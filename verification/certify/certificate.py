@@ -316,7 +316,7 @@ def markdown(cert: dict[str, Any]) -> str:
     notes = [(name, f) for name, f in everything if not fails_certificate(f["kind"])]
     for heading, about in (
         ("Notes on the target", True),
-        ("Checker notes (true of every target)", False),
+        ("Checker notes (never against the target)", False),
     ):
         listed = [
             f"- {name}: **{f['kind']}** {f['violation']}: {f['message']}\n  - {f['explanation']}"

@@ -87,6 +87,17 @@ def _private_pool_per_segment(lib: ModuleType) -> None:
     lib.BreakableCUDAGraphCapture._begin_graph = _begin_graph
 
 
+def _pool_not_honoured(lib: ModuleType) -> None:
+    cls = lib.BreakableCUDAGraphCapture
+    init = cls.__init__
+
+    def __init__(self: Any, pool: Any = None, **options: Any) -> None:
+        # The pool given is dropped: every segment goes to a private handle of this capture.
+        init(self, None, **options)
+
+    cls.__init__ = __init__
+
+
 def _closures_kept_forever(lib: ModuleType) -> None:
     cls = lib.BreakableCUDAGraphCapture
     record = cls._record_step
@@ -504,6 +515,12 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         _state_left_active,
     ),
     "private_pool_per_segment": ("a private pool per segment", "pool", _private_pool_per_segment),
+    "pool_not_honoured": (
+        "a capture ignores the pool it is given and takes a private graph_pool_handle() for its "
+        "segments",
+        "pool",
+        _pool_not_honoured,
+    ),
     "closures_kept_forever": (
         "every eager closure kept alive forever",
         "pool",

@@ -4,7 +4,8 @@ A check receives a :class:`CheckConfig` (target, device, budgets) and returns a
 :class:`CheckResult`. A :class:`~verification.findings.Finding` (:func:`property_finding`)
 carries a finding kind of :mod:`verification.findings`: ``target-bug`` fails the target;
 ``memory-held`` (memory kept alive without being wrong, with its figure), ``known-unsafe``
-(a documented hazard the checker demonstrated) and ``skipped`` never do. A check collects
+(a documented hazard the checker demonstrated), ``undecided`` (a question this run could not
+answer) and ``skipped`` never do. A check collects
 into :class:`Findings`, which runs fixed scenarios and the shared search driver
 (:mod:`verification.search`) and keeps every distinct finding once.
 """

@@ -1,8 +1,9 @@
 """Property 1, memory-pool reuse: captures sharing one pool replay correctly, cost one pool,
 and hold nothing once dropped.
 
-Several drawn programs are captured one after another into one pool, freed memory is
-scribbled, and each capture replayed in capture order must equal eager. A drawn capture set
+A capture given ``pool=p`` is asked directly where its memory lies: every tensor of its
+region and every allocator entry it gained in a graph pool must be in ``p``. Several drawn
+programs are captured one after another into one pool, freed memory is scribbled, and each capture replayed in capture order must equal eager. A drawn capture set
 (:mod:`.capture_set`) captures the first program at several batch sizes into one pool, largest
 first, replays them in any order, drops and captures some again; each replay must equal
 eager and the pool's memory must come back once the set is dropped. A chain with k breaks
@@ -12,7 +13,9 @@ that is more, so that a one-graph capture reserving nothing is no baseline for a
 ``memory-held`` finding with the figure; a target-bug on the fixed witnesses for a target that
 declares it releases them), and everything must die, the graph pools' reserved memory back to
 its baseline, once the captures are dropped. Replaying out of capture order is
-demonstrated as a ``known-unsafe`` note that never counts against a target.
+demonstrated as a ``known-unsafe`` note that never counts against a target; where the
+allocator gives the demonstration no shared memory, or a question has nothing to ask about,
+the check says so as an ``undecided`` note, never a harness error.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from verification.execute import (
     step_callables,
     type_label,
 )
-from verification.findings import Finding
+from verification.findings import KNOWN_UNSAFE, TARGET_BUG, UNDECIDED, Finding
 from verification.ops.spec import TensorMeta
 from verification.programs import Program, Step, default_ops, make_inputs, op_table
 from verification.properties.base import (
@@ -58,6 +61,7 @@ from verification.properties.capture_set import (
 )
 from verification.properties.memory import ArgumentWatch, held_bytes, scribble_freed
 from verification.properties.runs import (
+    DEFAULT_POOL,
     ProgramRun,
     capture_streams,
     graph_pool_bytes,
@@ -255,8 +259,96 @@ def _shared_pool_problem(
     return None
 
 
+def _pool_id(segment: dict[str, Any]) -> tuple[int, int]:
+    return tuple(segment.get("segment_pool_id") or DEFAULT_POOL)  # type: ignore[return-value]
+
+
+def _pool_holding(address: int, segments: list[dict[str, Any]]) -> tuple[int, int] | None:
+    """The pool of the allocator entry holding ``address``, None when none holds it."""
+    for segment in segments:
+        if segment["address"] <= address < segment["address"] + int(segment["total_size"]):
+            return _pool_id(segment)
+    return None
+
+
+def _pools_named(pools: list[tuple[int, int]]) -> str:
+    return " and ".join(str(p) for p in pools)
+
+
+def pool_placement_problem(config: CheckConfig, undecided: list[str] | None = None) -> str | None:
+    """A capture given ``pool=p`` puts what its region allocates, in every segment, in pool
+    ``p``: asked of the allocator (``torch.cuda.memory_snapshot()``, each entry's
+    ``segment_pool_id``), not shown through a corruption that depends on reuse.
+
+    Where nothing the region made lies in a graph pool, there is nothing to ask: the reason is
+    appended to ``undecided`` (a note, never a finding). The break writes into a caller-provided
+    buffer, so this runs under every contract.
+    """
+    target = config.target
+
+    @target.eager_break_during_capture
+    def take(y: torch.Tensor, out: torch.Tensor) -> None:
+        out.copy_(y)
+
+    x = torch.randn(64, device=config.device)
+    out = torch.zeros_like(x)
+    pool = torch.cuda.graph_pool_handle()
+    given = tuple(pool)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    before = {(s["address"], _pool_id(s)) for s in torch.cuda.memory_snapshot()}
+    capture = target.BreakableCUDAGraphCapture(pool=pool)
+    with torch.cuda.stream(side), collector_paused(), capture:
+        first = x * 2  # the segment before the break
+        take(first, out)
+        second = first + 1  # the segment after it
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    segments = torch.cuda.memory_snapshot()
+    made = {
+        "the tensor its region made before its break": first.untyped_storage().data_ptr(),
+        "the one after it": second.untyped_storage().data_ptr(),
+    }
+    lies = {name: _pool_holding(address, segments) for name, address in made.items()}
+    # Memory the region took and freed again (or that no tensor above holds): the entries
+    # the allocator gained in graph pools while the capture was open.
+    gained = {_pool_id(s) for s in segments if (s["address"], _pool_id(s)) not in before}
+    reset = getattr(capture, "reset", None)
+    if callable(reset):
+        reset()
+    del capture, first, second
+    graph_pools = {p for p in (*lies.values(), *gained) if p is not None and p != DEFAULT_POOL}
+    elsewhere = sorted(graph_pools - {given})
+    if elsewhere:
+        placed = "; ".join(
+            f"{name} in {'the default pool' if p in (None, DEFAULT_POOL) else p}"
+            for name, p in lies.items()
+        )
+        also = " as well as in the given one" if given in graph_pools else " instead"
+        return (
+            f"a capture given pool={given} put its memory in graph "
+            f"{'pools' if len(elsewhere) > 1 else 'pool'} {_pools_named(elsewhere)}{also} "
+            f"({placed}): captures given one pool to share (an engine's batch sizes) then share "
+            "nothing, so graph memory grows with every capture, and what their caller assumes "
+            "of reuse between them (their replay order) no longer holds"
+        )
+    if given not in graph_pools and undecided is not None:
+        undecided.append(
+            f"where a capture given pool={given} puts its memory was not decided: nothing its "
+            "region made lies in a graph pool (its tensors lie in the default pool, as "
+            "eagerly run work does)"
+        )
+    return None
+
+
 def out_of_order_demonstration(config: CheckConfig) -> Finding:
-    """Shows that replaying captures of one pool out of order is caught (never a target bug)."""
+    """Shows that replaying captures of one pool out of order is caught (never a target bug).
+
+    It asks first whether the second capture's output took the first capture's freed
+    temporary; where it did not, no replay order can corrupt it here, and the result is an
+    ``undecided`` note, never a harness error.
+    """
     target, device = config.target, config.device
     x = torch.randn(128, device=device)
     pool = torch.cuda.graph_pool_handle()
@@ -270,35 +362,46 @@ def out_of_order_demonstration(config: CheckConfig) -> Finding:
         first = target.BreakableCUDAGraphCapture(pool=pool, **on_side)
         with collector_paused(), first:
             temporary = x * 2  # 512 bytes, freed at the end of the capture
+            freed_at = temporary.untyped_storage().data_ptr()
             out1 = temporary + 1
             del temporary
         second = target.BreakableCUDAGraphCapture(pool=pool, **on_side)
         with collector_paused(), second:
             out2 = x + 3  # may take the first capture's freed temporary
     torch.cuda.current_stream().wait_stream(side)
+    reused = out2.untyped_storage().data_ptr() == freed_at
     expected = x + 3
     first.replay()
     second.replay()
     torch.cuda.synchronize()
     in_order = bool(torch.equal(out2, expected)) and bool(torch.equal(out1, x * 2 + 1))
+    if not in_order:
+        return property_finding(
+            NAME, TARGET_BUG, "captures sharing a pool replayed in order differ from eager"
+        )
+    if not reused:
+        return property_finding(
+            NAME,
+            UNDECIDED,
+            "the out-of-order replay hazard was not shown: the allocator placed the second "
+            "capture's output apart from the first capture's freed temporary, so no replay "
+            "order corrupts it in this run (where captures given one pool put their memory is "
+            "asked directly: see any finding on pool placement)",
+        )
     second.replay()
     first.replay()
     torch.cuda.synchronize()
-    out_of_order = bool(torch.equal(out2, expected))
-    if not in_order:
-        return property_finding(
-            NAME, "target-bug", "captures sharing a pool replayed in order differ from eager"
-        )
-    if out_of_order:
+    if torch.equal(out2, expected):
         return property_finding(
             NAME,
-            "harness-error",
-            "the out-of-order demonstration did not corrupt: the allocator did not reuse the "
-            "first capture's freed temporary for the second capture's output",
+            UNDECIDED,
+            "the out-of-order replay hazard was not shown: the second capture's output took "
+            "the first capture's freed temporary, yet replaying the first after the second left "
+            "it as eager computes it",
         )
     return property_finding(
         NAME,
-        "known-unsafe",
+        KNOWN_UNSAFE,
         "replaying the second of two captures sharing a pool before the first overwrote the "
         "second's output (the documented hazard; caught by the checker, not a target bug)",
     )
@@ -629,8 +732,10 @@ def check(config: CheckConfig) -> CheckResult:
             if problem is None:
                 return None
             scenario = (("capture_set", capture_set.as_data()),)
-            return property_finding(NAME, "target-bug", problem, programs[0], config.seed, scenario)
+            return property_finding(NAME, TARGET_BUG, problem, programs[0], config.seed, scenario)
 
+        undecided: list[str] = []
+        found.fixed(functools.partial(pool_placement_problem, undecided=undecided))
         found.fixed(arguments_as_given_problem)
         found.fixed(views_as_given_problem)
         before = len(found.found)
@@ -646,7 +751,7 @@ def check(config: CheckConfig) -> CheckResult:
                 found.examples += 1
                 problem = _witness_problem(program, config, held)
                 if problem is not None:
-                    found.add(property_finding(NAME, "target-bug", problem, program, config.seed))
+                    found.add(property_finding(NAME, TARGET_BUG, problem, program, config.seed))
         strategy = st.tuples(
             st.lists(program_strategy(config, ops=ops), min_size=2, max_size=3),
             capture_sets(streams=capture_streams(config.target)),
@@ -662,6 +767,7 @@ def check(config: CheckConfig) -> CheckResult:
                     "to breaks that the caller dropped (held strongly, not by a non-owning alias)",
                 )
             )
+        findings += [property_finding(NAME, UNDECIDED, note) for note in undecided]
         if found.going:
             findings.append(out_of_order_demonstration(config))
         return examples, findings
