@@ -68,6 +68,7 @@ def add_common(parser: argparse.ArgumentParser, defaults: bool) -> None:
     )
     add_target_path(parser)
     add_device(parser)
+    add_hang_bound(parser)
     parser.add_argument(
         "--contract",
         help=f"break contract to judge by ({', '.join(CONTRACTS)}); "
@@ -114,6 +115,9 @@ def add_device(parser: argparse.ArgumentParser) -> None:
         choices=DEVICE_CHOICES,
         help="auto: the GPU if torch sees one, else the CUDA simulator",
     )
+
+
+def add_hang_bound(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hang-seconds",
         type=positive_seconds,
