@@ -2,9 +2,9 @@
 
 A block run under :func:`bounded` (a capture, a replay, a scenario's calls) may go at most the
 process's bound (:func:`limit`, resolved once where a command starts; :data:`DEFAULT_S`
-otherwise) without the main thread entering or leaving a call
-(:mod:`verification.breadcrumbs`): past it an interval timer's SIGALRM raises :class:`Hang`
-inside the block, naming it and the calls open in it. A signal interrupts Python code and
+otherwise) without any thread entering or leaving a call (:mod:`verification.breadcrumbs`):
+past it an interval timer's SIGALRM raises :class:`Hang` inside the block, in the main thread,
+naming the block and the calls open in it. A signal interrupts Python code and
 lock waits (``Lock.acquire`` on POSIX), so a target deadlocking on its own lock is caught.
 Off the main thread, or where there is no ``SIGALRM``, a block is bounded by nothing here: the
 wall bound on the process that runs the check (:func:`verification.isolation.run_child`) is the
@@ -90,7 +90,7 @@ def _armable() -> bool:
 def _ring(signum: int, frame: FrameType | None) -> None:
     if not _blocks:
         return  # the last block ended as the timer rang
-    quiet = time.monotonic() - breadcrumbs.main_progress()
+    quiet = time.monotonic() - breadcrumbs.progress()
     if quiet < _armed_s:  # a call was entered or left since: the bound starts there
         signal.setitimer(signal.ITIMER_REAL, _armed_s - quiet)
         return
@@ -102,7 +102,7 @@ def _ring(signum: int, frame: FrameType | None) -> None:
 @contextlib.contextmanager
 def bounded(what: str) -> Iterator[None]:
     """Runs the block as the call ``what`` (a breadcrumb of its own), raising :class:`Hang`
-    when the main thread spends the bound in it without entering or leaving a call; nested
+    when the bound passes in it with no thread entering or leaving a call; nested
     blocks share the outermost one's timer, each named by its own ``what``."""
     global _previous, _armed_s
     if not _armable():

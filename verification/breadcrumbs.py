@@ -6,9 +6,9 @@ scenario it runs (:func:`scenario`), written straight to the file with no buffer
 loses none. :func:`open_calls` reads back the calls left open, the place of the crash;
 :func:`first_error_line` picks what the crash said out of the child's stderr. A check marks
 the construct it exercises (:func:`construct`) as a call of its own, so that a crash names it.
-Each thread's open calls are also kept in memory (:func:`open_here`), with the time of the main
-thread's last enter or leave (:func:`main_progress`): what a bound on a call that hangs names
-(:mod:`verification.bounds`).
+Each thread's open calls are also kept in memory (:func:`open_here`), with the time of the last
+enter or leave of any thread (:func:`progress`): what a bound on a call that hangs reads and
+names (:mod:`verification.bounds`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ ENV = "BCG_BREADCRUMBS"
 _trail: int | None = None
 _scenario = "before any scenario"
 _checked_env = False
-# Each thread's open calls, outermost first; the main thread's last enter or leave.
+# Each thread's open calls, outermost first; when any thread last entered or left a call.
 _open = threading.local()
-_main_progress = time.monotonic()
+_progress = time.monotonic()
 
 
 def lay(path: str | Path | None) -> None:
@@ -77,9 +77,9 @@ def _stack() -> list[str]:
 
 
 def _moved() -> None:
-    global _main_progress
-    if threading.current_thread() is threading.main_thread():
-        _main_progress = time.monotonic()
+    # Any thread's: the main thread waiting on threads that still make calls is not stuck.
+    global _progress
+    _progress = time.monotonic()
 
 
 def enter(call: str) -> None:
@@ -114,9 +114,9 @@ def open_here() -> list[str]:
     return list(_stack())
 
 
-def main_progress() -> float:
-    """When (``time.monotonic()``) the main thread last entered or left a call."""
-    return _main_progress
+def progress() -> float:
+    """When (``time.monotonic()``) any thread last entered or left a call."""
+    return _progress
 
 
 # How a construct's breadcrumb begins: the rest names the construct, as a cause names it.
