@@ -11,12 +11,12 @@ from breakable_cudagraph import eager_break_during_capture
 
 __all__ = ["BreakableCUDAGraphCapture", "eager_break_during_capture"]
 BREAK_CONTRACT = "returns"
-_first = threading.Event()
+FIRST_REPLAY_DONE = threading.Event()
 
 
 class BreakableCUDAGraphCapture(breakable_cudagraph.BreakableCUDAGraphCapture):
     def replay(self) -> None:
-        if not _first.is_set():
-            _first.set()
+        if not FIRST_REPLAY_DONE.is_set():
+            FIRST_REPLAY_DONE.set()
             threading.Event().wait()  # set by nobody
         super().replay()

@@ -63,6 +63,9 @@ def test_a_correct_target_replays_inside_a_break_as_eager_and_returns(
 
 
 def test_fuzz_reports_a_replay_that_never_returns_and_goes_on(bcg_kind, bound_s):
+    from tests import hanging_target
+
+    hanging_target.FIRST_REPLAY_DONE.clear()  # its next replay is its first
     config = CampaignConfig(
         target=load_target("tests.hanging_target"), kind=bcg_kind, examples=8, seed=0,
         database=None,
