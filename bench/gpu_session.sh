@@ -228,6 +228,13 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       step bisect_agree_sim 300 python3 -m bench.bisect_agreement --device sim --out "$out/bisect-sim.json"
       step bisect_agree_compare 30 python3 -m bench.bisect_agreement --compare "$out/bisect-cuda.json" "$out/bisect-sim.json" --md "$out/bisect-agreement.md"
       step bisect_op_traces 120 python3 -m pytest -q -p no:cacheprovider --bcg-device=cuda -rfEs tests/harness/bisect/test_op_traces.py ;;
+    hangs)
+      # A call that never returns is a finding and the run goes on: the bound's own tests, the
+      # planted replay deadlock through nested (in a child, as on a GPU), and fuzz after a hang.
+      step hangs_tests 200 python3 -m pytest -q -p no:cacheprovider -n 0 --bcg-device=cuda -rfE tests/harness/test_bounds.py tests/harness/properties/test_hangs.py tests/harness/properties/test_nested.py
+      mkdir -p /tmp/planted
+      printf 'from verification.planted.property_targets import build\nglobals().update({k: v for k, v in vars(build("replay_inside_break_deadlocks")).items() if k != "__name__"})\n' >/tmp/planted/planted_replay_deadlock.py
+      step hangs_check_nested_planted 120 env PYTHONPATH="$PYTHONPATH:/tmp/planted" python3 -m verification check nested --target planted_replay_deadlock --device cuda --hang-seconds 10 --report "$out/hangs-nested" ;;
     bench)
       step bench 150 python3 -m bench --device cuda --out "$out/bench"
       step replay_probe 60 python3 -m bench.replay_probe ;;

@@ -14,6 +14,7 @@ from pathlib import Path
 from hypothesis import settings
 
 from tests.child_env import child_env
+from verification import bounds
 from verification.findings import Finding
 from verification.properties.base import CheckResult, property_finding
 from verification.properties.processes import run_properties
@@ -45,6 +46,9 @@ def _in_child(prop: str, variant: str, kind: str, tmp_path: Path, planted: str) 
             str(settings.default.max_examples),
             "--cycles",
             str(CI_CYCLES),
+            # The bound the test set (verification.bounds.limit), in the child too.
+            "--hang-seconds",
+            f"{bounds.current():g}",
         ],
         cwd=ROOT,
         env=env,

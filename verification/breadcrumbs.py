@@ -6,6 +6,9 @@ scenario it runs (:func:`scenario`), written straight to the file with no buffer
 loses none. :func:`open_calls` reads back the calls left open, the place of the crash;
 :func:`first_error_line` picks what the crash said out of the child's stderr. A check marks
 the construct it exercises (:func:`construct`) as a call of its own, so that a crash names it.
+Each thread's open calls are also kept in memory (:func:`open_here`), with the time of the last
+enter or leave of any thread (:func:`progress`): what a bound on a call that hangs reads and
+names (:mod:`verification.bounds`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +24,9 @@ ENV = "BCG_BREADCRUMBS"
 _trail: int | None = None
 _scenario = "before any scenario"
 _checked_env = False
+# Each thread's open calls, outermost first; when any thread last entered or left a call.
+_open = threading.local()
+_progress = time.monotonic()
 
 
 def lay(path: str | Path | None) -> None:
@@ -61,14 +68,55 @@ def scenario(name: str) -> Iterator[None]:
         _scenario = before
 
 
+def _stack() -> list[str]:
+    try:
+        return _open.calls
+    except AttributeError:
+        _open.calls = []
+        return _open.calls
+
+
+def _moved() -> None:
+    # Any thread's: the main thread waiting on threads that still make calls is not stuck.
+    global _progress
+    _progress = time.monotonic()
+
+
+def enter(call: str) -> None:
+    """The current thread enters its call ``call`` into the target; pair with :func:`leave`
+    in a ``finally`` (:func:`calling` does both, at a generator's cost per call)."""
+    _write("enter", call)
+    _stack().append(call)
+    _moved()
+
+
+def leave(call: str) -> None:
+    """The current thread leaves the call it entered last, ``call``."""
+    stack = _stack()
+    if stack:
+        stack.pop()
+    _write("leave", call)
+    _moved()
+
+
 @contextlib.contextmanager
 def calling(call: str) -> Iterator[None]:
     """Marks the block as the current thread's call ``call`` into the target."""
-    _write("enter", call)
+    enter(call)
     try:
         yield
     finally:
-        _write("leave", call)
+        leave(call)
+
+
+def open_here() -> list[str]:
+    """The calls the current thread has entered and not left, outermost first."""
+    return list(_stack())
+
+
+def progress() -> float:
+    """When (``time.monotonic()``) any thread last entered or left a call."""
+    return _progress
 
 
 # How a construct's breadcrumb begins: the rest names the construct, as a cause names it.

@@ -221,6 +221,7 @@ CAUSE_KINDS: dict[str, CauseKind] = {
     for kind in (
         CauseKind("other", 0, "a check's own symptom"),
         CauseKind("crash", 1, "the process died"),
+        CauseKind("hang", 3, "a call into the target did not return"),
         CauseKind("raised", 2, "the target raised an exception"),
         CauseKind("values", 3, "a replay computed other values than eager"),
         CauseKind("calls", 4, "a replay called the breaks otherwise than the capture recorded"),
@@ -311,6 +312,10 @@ class Cause:
             None if not frame else Frame(str(frame[0]), int(frame[1]), str(frame[2])),
             str(data.get("exception", "")),
         )
+
+
+# What a finding of a call that did not return blames (:class:`verification.bounds.Hang`).
+HUNG = Cause("hang")
 
 
 class Problem(str):

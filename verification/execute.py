@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten
 
-from verification import causes
+from verification import breadcrumbs, causes
 from verification.causes import forwarder
 from verification.ops.ambient import ambient_context, ambient_seen, seen_difference, tagged
 from verification.ops.bindings import bound_as
@@ -268,6 +268,7 @@ class BreakLog:
         self, step: int | Sequence[int], fn: Callable[..., Any], watch_alias: bool = False
     ) -> Callable[..., Any]:
         shared = None if isinstance(step, int) else tuple(step)
+        name = getattr(fn, "__name__", "break")
 
         @functools.wraps(fn)
         @forwarder
@@ -280,11 +281,17 @@ class BreakLog:
                 self.seen.append((here, ambient_seen()))
                 self._last = here
             record = self.recorder.before(here, fn, args, kwargs) if top and self.recorder else None
+            # Which break a call that never returns was in (verification.bounds names it).
+            call = f"break step {here} ({name})" if top else ""
+            if top:
+                breadcrumbs.enter(call)
             self._depth += 1
             try:
                 result = fn(*args, **kwargs)
             finally:
                 self._depth -= 1
+                if top:
+                    breadcrumbs.leave(call)
             if record is not None:
                 self.recorder.after(record, args, kwargs, result)
             if top and watch_alias:

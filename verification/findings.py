@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from verification.causes import Cause, raised_in
+from verification.causes import HUNG, Cause, raised_in
 from verification.errors import EXIT_FOUND, EXIT_HARNESS, EXIT_OK
 from verification.programs import Program
 from verification.search import symptom
@@ -152,6 +152,12 @@ class Finding:
     @property
     def fails(self) -> bool:
         return fails_certificate(self.kind)
+
+    @property
+    def hung(self) -> bool:
+        """Whether it is of a call into the target that did not return within its bound
+        (:mod:`verification.bounds`)."""
+        return self.cause.kind == HUNG.kind
 
     @property
     def where(self) -> str | None:

@@ -9,7 +9,10 @@ distinct violation it meets within its budget (:mod:`verification.search`), each
 hypothesis, with a reproducer script each.
 :func:`run_isolated` runs the same campaign in a child process and turns a child killed
 by a signal (a capture bug can abort the process) into a ``crash`` finding for the
-program it was running, which the child writes to a file before every example.
+program it was running, which the child writes to a file before every example, and a child
+killed for standing still in a call (:func:`~verification.isolation.run_child`) into a
+``hang`` finding. In the process that runs it, each capture and replay is bounded
+(:mod:`verification.bounds`): a call that hangs is a finding, reported as drawn.
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.database import ExampleDatabase
 
+from verification.causes import HUNG
 from verification.devices import DeviceKind, device_context, resolve_kind
 from verification.exampledb import shared_database
 from verification.findings import HARNESS_ERROR, TARGET_BUG, Finding
-from verification.isolation import run_child, signal_name
+from verification.isolation import run_child, signal_name, stall_s
 from verification.ops.spec import OpSpec
 from verification.oracle import FUZZ, InvalidProgram, SharedPool, check_program
 from verification.programs import Program, programs
@@ -230,6 +234,8 @@ def _search(
         seconds=config.seconds,
         shrink=not config.verdict_only,
         max_findings=0 if config.verdict_only else 8,
+        # Each try of a program whose call hangs costs the whole bound: reported as drawn.
+        final=lambda finding: finding.hung,
     )
 
 
@@ -288,18 +294,29 @@ def run_isolated(
         program_file = Path(scratch) / "current_program.pickle"
         argv = [*child_argv, "--no-isolate", "--program-file", str(program_file)]
         start = time.perf_counter()
-        status = run_child(argv).returncode
-        if status >= 0:
+        done = run_child(argv, breadcrumbs=Path(scratch) / "breadcrumbs.txt")
+        status = done.returncode
+        if status >= 0 and not done.hung:
             return status, None
         if not program_file.exists():
             return 1, None
         program, input_seed = pickle.loads(program_file.read_bytes())
     shared = shared_pool_for(input_seed)
     message = f"the process died by signal {signal_name(status)}"
+    violation, cause = "crash", None
+    if done.hung:
+        message = (
+            f"hang: the process did not return from {'; '.join(done.hung)} within "
+            f"{stall_s():g} s, and was killed"
+        )
+        violation, cause = "hang", HUNG
     scenario = () if shared is None else shared.scenario
     if shared is not None:
         message = f"{shared.describe()}: {message}"
-    finding = Finding(TARGET_BUG, FUZZ, message, "crash", program, input_seed, scenario=scenario)
+    finding = Finding(
+        TARGET_BUG, FUZZ, message, violation, program, input_seed, scenario=scenario,
+        explained=cause,
+    )  # fmt: skip
     elapsed = time.perf_counter() - start
     result = CampaignResult(config.target.name, config.kind, 0, elapsed, [finding])
     report_findings(result, config)

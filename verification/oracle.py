@@ -21,7 +21,8 @@ from typing import Literal
 
 import torch
 
-from verification.causes import Cause, describe, raised_cause
+from verification import bounds
+from verification.causes import HUNG, Cause, describe, raised_cause
 from verification.divergence import (
     AMBIENT,
     Parting,
@@ -56,6 +57,7 @@ Violation = Literal[
     "break-ambient",
     "exception",
     "crash",
+    "hang",
     "invalid-program",
 ]
 
@@ -362,9 +364,12 @@ class _Check:
         which = f"capture {number} " if self.shared else "capture "
         inputs = make_inputs(self.program, self.seed, self.device)
         try:
-            captured = CapturedProgram(
-                self.program, self.table, self.target, inputs, self.seed, self.kind, pool=pool
-            )
+            with bounds.bounded(f"the warm-up and {which}of the program"):
+                captured = CapturedProgram(
+                    self.program, self.table, self.target, inputs, self.seed, self.kind, pool=pool
+                )
+        except bounds.Hang as hang:
+            return self.finding("hang", hang.words(), cause=HUNG)
         except Exception as error:
             return self.finding(
                 "exception", f"{which}raised {describe(error)}", cause=raised_cause(error)
@@ -392,7 +397,10 @@ class _Check:
                 fresh = make_inputs(program, replay_seed, self.device)
                 expected = run_eager(program, table, fresh, replay_seed, self.kind)
             try:
-                log = captured.replay(fresh, replay_seed)
+                with bounds.bounded(f"replay {number} of the program"):
+                    log = captured.replay(fresh, replay_seed)
+            except bounds.Hang as hang:
+                return self.finding("hang", hang.words(), number, cause=HUNG)
             except Exception as error:
                 if refused(error, captured.alias_switched, program, table):
                     self.refused = True
@@ -449,8 +457,9 @@ class _Check:
         replayed = Recorder(captured.log.owned)
         captured.log.recorder = replayed
         try:
-            captured.replay(fresh, replay_seed)
-        except Exception:  # the replay does not run twice: the values alone are the finding
+            with bounds.bounded(f"replay {number} of the program, again to explain it"):
+                captured.replay(fresh, replay_seed)
+        except (Exception, bounds.Hang):  # the replay does not run twice: the values alone tell
             parting = None
         else:
             parting = parting_of(

@@ -8,17 +8,19 @@ exits non-zero while the bug is present and prints a pass line once it is fixed.
 
 from __future__ import annotations
 
+import math
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+from verification import bounds
 from verification.devices import DeviceKind
 from verification.findings import Finding
 from verification.ops.ambient import AMBIENT, AMBIENT_SOURCE, TAGGED_SOURCE
 from verification.ops.bindings import BINDING_SOURCE
 from verification.ops.host import HOST_FORMS, HOST_SOURCE
 from verification.ops.spec import OpSpec
-from verification.oracle import program_tolerance, shared_pool_of
+from verification.oracle import SharedPool, program_tolerance, shared_pool_of
 from verification.programs import Program, input_expr, op_table, produces_value
 from verification.targets import Target
 
@@ -313,6 +315,18 @@ def program_source(program: Program, name: str, ops: Sequence[OpSpec] | None = N
     )
 
 
+def _watchdog(shared: SharedPool | None, replays: int) -> str:
+    """The script's own bound: the harness's bound on each capture and replay it makes, so
+    that a call that never returns ends it with every thread's stack, not a frozen terminal."""
+    if not math.isfinite(bounds.current()):
+        return ""
+    calls = 1 + replays + (0 if shared is None else shared.captures + len(shared.order))
+    return (
+        "    # A call that never returns: every thread's stack, and exit 1.\n"
+        f"    faulthandler.dump_traceback_later({bounds.current() * calls:g}, exit=True)\n"
+    )
+
+
 def render_reproducer(
     finding: Finding,
     target: Target,
@@ -340,7 +354,7 @@ def render_reproducer(
     header = (
         f'"""Reproducer for a {finding.violation} finding ({finding.kind}) {culprit} ({device_kind}).\n\n'
         f"{summary}\nFuzzer command: {command}\nExits non-zero while the bug is present.\n"
-        '"""\n\nimport functools\n\nimport torch\n\n'
+        '"""\n\nimport faulthandler\nimport functools\n\nimport torch\n\n'
     )
     header += import_code + "\n"
     if simulated:
@@ -352,11 +366,15 @@ def render_reproducer(
         f"CAPTURES = {1 if shared is None else shared.captures}\n"
         f"ORDER = {[] if shared is None else list(shared.order)}\n"
     )
-    entry = '\n\nif __name__ == "__main__":\n' + (
-        "    with simulated_cuda():\n        main()\n" if simulated else "    main()\n"
+    entry = (
+        '\n\nif __name__ == "__main__":\n'
+        + _watchdog(shared, replays)
+        + ("    with simulated_cuda():\n        main()\n" if simulated else "    main()\n")
     )
     if program.host:
-        header = header.replace("import functools\n", "import dataclasses\nimport functools\n", 1)
+        header = header.replace(
+            "import faulthandler\n", "import dataclasses\nimport faulthandler\n", 1
+        )
         constants += f"HOST_SEQUENCES = {program.host}\n"
     may_refuse = sorted({table[s.op].entry for s in program.steps if table[s.op].alias_varies})
     if may_refuse:

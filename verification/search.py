@@ -44,6 +44,16 @@ class _OutOfTime(BaseException):
     are not ``Exception`` through without shrinking or reporting them."""
 
 
+class _Final(BaseException):
+    """Ends a hypothesis run at a finding reported as drawn, never shrunk (``final``);
+    ``again`` when its key was found before."""
+
+    def __init__(self, finding: Any, again: bool) -> None:
+        super().__init__(str(finding))
+        self.finding = finding
+        self.again = again
+
+
 class _Found(Exception):
     """Raised inside a hypothesis example so that hypothesis shrinks the finding."""
 
@@ -105,6 +115,7 @@ def search(
     max_findings: int = 8,
     seconds: float | None = None,
     shrink: bool = True,
+    final: Callable[[F], bool] | None = None,
 ) -> Outcome[F]:
     """Runs ``body`` on values of ``strategy`` until ``examples`` have been generated; returns
     each distinct finding (by ``key``) once, shrunk.
@@ -116,6 +127,8 @@ def search(
     propagates); ``usable`` says why the target cannot go on after a finding, or None.
     ``seconds`` bounds the search's wall-clock time as well; ``shrink=False`` reports each
     finding as first drawn (for a yes-or-no answer, as the planted-bug evidence needs).
+    A finding ``final`` holds for (a call that hung: each try costs the whole bound) is
+    reported as drawn, and one of a key found before ends the search, the target spent.
     """
     outcome: Outcome[F] = Outcome()
     known: set[Hashable] = set()
@@ -145,6 +158,8 @@ def search(
             if error_finding is None:
                 raise
             finding = error_finding(error)
+        if finding is not None and final is not None and final(finding):
+            raise _Final(finding, key(finding) in known)
         if finding is not None and key(finding) not in known:
             tally["found"] = 1
             shrinking[:] = [finding]
@@ -164,6 +179,21 @@ def search(
         )
         try:
             run()
+        except _Final as ended:
+            spent += tally["generated"]
+            if shrinking:  # a finding was being shrunk: the smallest failure so far
+                outcome.findings.append(shrinking[0])
+                known.add(key(shrinking[0]))
+            if ended.again:
+                outcome.stopped = "a call into the target did not return, again"
+                break
+            outcome.findings.append(ended.finding)
+            known.add(key(ended.finding))
+            left = usable() if usable is not None else None
+            if left is not None:
+                outcome.stopped = left
+                break
+            continue
         except _OutOfTime:
             outcome.out_of_time = True
             if shrinking:  # shrinking ran past its grace: the smallest failure so far

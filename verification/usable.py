@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from verification import bounds
 from verification.causes import describe
 from verification.execute import collector_paused
 
@@ -32,7 +33,16 @@ def left_over(target: Any) -> str | None:
 
 def unusable(target: Any, device: str) -> str | None:
     """Why ``target`` (anything with ``BreakableCUDAGraphCapture`` and
-    ``eager_break_during_capture``) cannot be used any more here, or None."""
+    ``eager_break_during_capture``) cannot be used any more here, or None; a probe that does
+    not return within the bound (:mod:`verification.bounds`) says so."""
+    try:
+        with bounds.bounded("a fresh capture with one break"):
+            return _probe(target, device)
+    except bounds.Hang as hang:
+        return hang.words()
+
+
+def _probe(target: Any, device: str) -> str | None:
     try:
         if target.BreakableCUDAGraphCapture.current() is not None:
             return "a capture is left active in this thread"

@@ -85,30 +85,28 @@ def test_check_usage_errors_exit_2_with_one_error_line(args):
 
 
 def test_a_property_process_that_dies_is_a_target_bug_that_fails_the_certificate(monkeypatch):
-    import subprocess as subprocess_module
 
     from verification import isolation
     from verification.findings import fails_certificate
     from verification.properties import processes
 
     # The H200 certify of the PyPI peer once ended in KeyError: the crash kind was unregistered.
-    died = subprocess_module.CompletedProcess([], -9)
-    monkeypatch.setattr(isolation.subprocess, "run", lambda *a, **k: died)
+    died = isolation.ChildRun(-9)
+    monkeypatch.setattr(processes, "run_child", lambda *a, **k: died)
     result = processes.run_in_child("faults", ["check", "faults", "--device", "cuda"])
     (finding,) = result.findings
     assert "SIGKILL" in finding.message and fails_certificate(finding.kind)
 
 
 def test_a_property_process_that_exits_without_a_result_says_what_it_last_said(monkeypatch):
-    import subprocess as subprocess_module
 
     from verification import isolation
     from verification.properties import processes
 
     # The H200 certify of the PyPI peer said only "exited 1 with no result" for two checks.
     said = "Traceback (most recent call last):\n  ...\nAssertionError: segment not open\n"
-    exited = subprocess_module.CompletedProcess([], 1, stderr=said)
-    monkeypatch.setattr(isolation.subprocess, "run", lambda *a, **k: exited)
+    exited = isolation.ChildRun(1, said)
+    monkeypatch.setattr(processes, "run_child", lambda *a, **k: exited)
     result = processes.run_in_child("nested", ["check", "nested", "--device", "cuda"])
     (finding,) = result.findings
     assert "exited 1 with no result" in finding.message

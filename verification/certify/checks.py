@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from verification import bounds
 from verification.certify import sensitivity
 from verification.certify.mutation_check import mutation_check
 from verification.certify.ops_check import ops_check
@@ -68,7 +69,7 @@ def certify_budget(run: CertifyRun) -> tuple[int, int]:
 def _child_argv(run: CertifyRun, name: str, examples: int, cycles: int) -> list[str]:
     argv = ["check", name, "--target", run.target.name, "--device", "cuda"]
     argv += ["--examples", str(examples), "--cycles", str(cycles)]
-    argv += ["--seed", str(run.config.seed)]
+    argv += ["--seed", str(run.config.seed), "--hang-seconds", f"{bounds.current():g}"]
     if run.schedule.property_s is not None:
         argv += ["--budget", f"{run.schedule.property_s:.1f}"]
     if run.config.contract:

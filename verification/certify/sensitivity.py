@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verification import bounds
 from verification.certify.run import CertifyRun, CheckResult
 from verification.devices import DeviceKind
 from verification.errors import hide_expected_warnings
@@ -64,6 +65,9 @@ FUZZ_EXAMPLES = 400
 # The ci profile's budget, within which tests/harness/properties/ finds every planted bug.
 PROPERTY_EXAMPLES = 25
 PROPERTY_CYCLES = 30
+# The bound on a call of a planted target: a planted hang is a lock never freed, which a short
+# bound finds as surely as the command's, and no planted target's call takes a second.
+PLANTED_HANG_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,19 @@ def planted_targets() -> list[Planted]:
 def _measure_one(planted: Planted, kind: DeviceKind, seed: int) -> dict[str, Any]:
     """One planted target through its check: found or not, examples run, seconds."""
     began = time.perf_counter()
+    with bounds.limit(min(PLANTED_HANG_S, bounds.current())):
+        found, examples = _found(planted, kind, seed)
+    return {
+        "name": planted.name,
+        "check": planted.check,
+        "found": found,
+        "examples": examples,
+        "seconds": round(time.perf_counter() - began, 2),
+    }
+
+
+def _found(planted: Planted, kind: DeviceKind, seed: int) -> tuple[bool, int]:
+    """Whether the check found the planted bug, and the examples it ran."""
     target = load_target(importlib.import_module(planted.module).build(planted.bug))
     if planted.check == "fuzz":
         config = CampaignConfig(
@@ -111,13 +128,7 @@ def _measure_one(planted: Planted, kind: DeviceKind, seed: int) -> dict[str, Any
             verdict_only=True,
         )  # fmt: skip
         found, examples = checked.failed, checked.examples
-    return {
-        "name": planted.name,
-        "check": planted.check,
-        "found": found,
-        "examples": examples,
-        "seconds": round(time.perf_counter() - began, 2),
-    }
+    return found, examples
 
 
 # A worker's exit status when it leaves CUDA unusable for the targets after its own.

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from verification.commands.options import (
     add_device,
+    add_hang_bound,
     add_quiet,
     add_report,
     at_least,
@@ -71,6 +72,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help=f"break contract ({', '.join(CONTRACTS)}); default: the one the target declares",
     )
     add_device(check)
+    add_hang_bound(check)
     check.add_argument(
         "--examples", type=at_least(1), default=25, help="hypothesis examples per property"
     )

@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from verification import bounds
 from verification.commands import bisect, certify, check, fuzz, fuzz_op, mutate
 from verification.commands.options import forget_new_outputs, remove_new_outputs
 from verification.devices import hide_gpu
@@ -106,7 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if getattr(args, "device_choice", None) == "sim":
                 hide_gpu()  # a simulator run never touches a real GPU
         use_target_path(args)
-        return COMMANDS[args.command][1](args, argv)
+        # The bound on each call into the target, for the whole command (its children are
+        # given it on their command lines).
+        with bounds.limit(getattr(args, "hang_seconds", bounds.current())):
+            return COMMANDS[args.command][1](args, argv)
     except UsageError as error:
         remove_new_outputs()
         print(f"error: {error}", file=sys.stderr)

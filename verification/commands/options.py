@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from verification import bounds
 from verification.devices import DEVICE_CHOICES, DeviceKind, resolve_kind
 from verification.errors import UsageError
 from verification.fuzz import CampaignConfig, CampaignResult
@@ -67,6 +68,7 @@ def add_common(parser: argparse.ArgumentParser, defaults: bool) -> None:
     )
     add_target_path(parser)
     add_device(parser)
+    add_hang_bound(parser)
     parser.add_argument(
         "--contract",
         help=f"break contract to judge by ({', '.join(CONTRACTS)}); "
@@ -112,6 +114,17 @@ def add_device(parser: argparse.ArgumentParser) -> None:
         default="auto",
         choices=DEVICE_CHOICES,
         help="auto: the GPU if torch sees one, else the CUDA simulator",
+    )
+
+
+def add_hang_bound(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hang-seconds",
+        type=positive_seconds,
+        default=bounds.DEFAULT_S,
+        metavar="SECONDS",
+        help="a call into the target (capture, replay, break) that does not return within "
+        "this is a hang finding, and the run goes on",
     )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -391,6 +392,21 @@ def _replay_eager_on_capture_stream(lib: ModuleType) -> None:
     cls.__exit__ = __exit__
 
 
+def _replay_inside_break_deadlocks(lib: ModuleType) -> None:
+    # Replays serialised by one lock for every capture, as if replay state were shared: a
+    # threading.Lock is not reentrant, so a replay started inside a break of another
+    # capture's replay waits forever for the lock its own caller holds.
+    cls = lib.BreakableCUDAGraphCapture
+    replay = cls.replay
+    lock = threading.Lock()
+
+    def replay_(self: Any) -> None:
+        with lock:
+            replay(self)
+
+    cls.replay = replay_
+
+
 def _alias_cached_per_address(lib: ModuleType) -> None:
     # Saves building an alias per break by caching one per address for the process: a
     # smaller batch's intermediate where a larger batch's lay gets the larger one's shape.
@@ -545,6 +561,12 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
         "a decorated call inside an eager step records a second break",
         "nested",
         _nested_break_recorded_twice,
+    ),
+    "replay_inside_break_deadlocks": (
+        "replay() takes a non-reentrant lock, so a replay started inside a break of another "
+        "capture's replay never returns",
+        "nested",
+        _replay_inside_break_deadlocks,
     ),
     "decorator_without_wraps": (
         "the break decorator returns a wrapper without functools.wraps",

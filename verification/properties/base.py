@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification import breadcrumbs
-from verification.causes import Cause, cause_of, describe, raised_by_harness
+from verification import bounds, breadcrumbs
+from verification.causes import HUNG, Cause, cause_of, describe, raised_by_harness
 from verification.devices import DeviceKind
 from verification.findings import (
     HARNESS_ERROR,
@@ -259,7 +259,10 @@ class Findings:
             return
         self.examples += 1
         try:
-            found = make()
+            with bounds.bounded(f"{self.prop} unit {self.unit}"):
+                found = make()
+        except bounds.Hang as hang:
+            found = hang_finding(self.prop, hang, seed=self.config.seed)
         except Exception as error:
             found = error_finding(self.prop, error)
         self.add(found)
@@ -269,8 +272,14 @@ class Findings:
 
         def make() -> Finding | None:
             fn = problem.func if isinstance(problem, functools.partial) else problem
-            with breadcrumbs.scenario(f"{self.prop} {fn.__name__}"):
-                found = problem(self.config)
+            try:
+                with breadcrumbs.scenario(f"{self.prop} {fn.__name__}"):
+                    with bounds.bounded(f"the scenario {fn.__name__}"):
+                        found = problem(self.config)
+            except bounds.Hang as hang:
+                return hang_finding(
+                    self.prop, hang, seed=self.config.seed, scenario=scenario_of(problem)
+                )
             if found is None:
                 return None
             # The seed too: a fixed scenario's model and values come from it.
@@ -313,8 +322,15 @@ class Findings:
             if left is not None:
                 return None
             calls[0] += 1
-            with breadcrumbs.scenario(f"{self.prop} drawn example {already + calls[0]}"):
-                finding = body(value)
+            number = already + calls[0]
+            try:
+                with breadcrumbs.scenario(f"{self.prop} drawn example {number}"):
+                    with bounds.bounded(f"drawn example {number}"):
+                        finding = body(value)
+            except bounds.Hang as hang:
+                finding = hang_finding(self.prop, hang, _program_in(value), self.config.seed)
+                if key(finding) in known:  # the same call hung again: the target is spent here
+                    raise _Spent(hang.words(), number) from None
             if finding is not None:
                 shrinking[0] = True
             if finding is None or key(finding) not in known:
@@ -340,6 +356,8 @@ class Findings:
                 seconds=None if seconds is None else max(0.0, seconds - self._elapsed()),
                 shrink=not self.config.verdict_only,
                 max_findings=0 if self.config.verdict_only else 8,
+                # Each try of a call that hangs costs the whole bound: reported as drawn.
+                final=lambda finding: finding.hung,
             )
         except _Spent as spent:
             self.examples += calls[0]
@@ -374,6 +392,23 @@ class Findings:
                 )
             )
         return self.examples, self.found + notes
+
+
+def _program_in(drawn: Any) -> Program | None:
+    """The program among a drawn example's values, if it has one."""
+    values = drawn if isinstance(drawn, tuple) else (drawn,)
+    return next((v for v in values if isinstance(v, Program)), None)
+
+
+def hang_finding(
+    prop: str,
+    hang: bounds.Hang,
+    program: Program | None = None,
+    seed: int | None = None,
+    scenario: tuple[tuple[str, Any], ...] = (),
+) -> Finding:
+    """The ``target-bug`` finding of a call that did not return within the bound."""
+    return property_finding(prop, TARGET_BUG, hang.words(), program, seed, scenario, HUNG)
 
 
 def error_finding(prop: str, error: Exception) -> Finding:
@@ -412,6 +447,8 @@ def timed(prop: str, run: Callable[[], tuple[int, list[Finding]]]) -> CheckResul
     gc.freeze()
     try:
         examples, findings = run()
+    except bounds.Hang as hang:  # a call outside the check's units of work
+        examples, findings = 0, [hang_finding(prop, hang)]
     except Exception as error:
         examples, findings = 0, [error_finding(prop, error)]
     finally:

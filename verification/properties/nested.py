@@ -7,7 +7,9 @@ It must raise an error naming the capture, before it begins a graph (a graph who
 on a capturing stream aborts the process when freed, on a GPU); the outer capture must then
 finish, replay equal to eager, and leave nothing active or capturing. A decorated op calling another must run the
 inner one exactly once per capture and per replay, and the decorator must keep the op's name,
-docstring and signature (as ``functools.wraps`` does).
+docstring and signature (as ``functools.wraps`` does). A break of one capture may replay
+another capture (a drafter's graph replayed inside a target model's step): every replay must
+equal eager and return within the bound (:mod:`verification.bounds`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification import breadcrumbs
+from verification import bounds, breadcrumbs
 from verification.causes import Cause, Problem, describe, raised_cause, within
 from verification.execute import collector_paused
 from verification.findings import Finding
@@ -39,6 +41,7 @@ NAME = "nested"
 # The constructs this check exercises, as causes name them.
 NESTED_OP = "a decorated op called a decorated op"  # CAUSE_KINDS["nested-op"].words
 NESTED_CAPTURE = "a nested capture"
+REPLAY_IN_BREAK = "a replay started inside a break"
 _NOT_REFUSED = Cause("nested-capture", NESTED_CAPTURE)
 PLACES = ("capture", "second-object", "eager-step", "decorated-op")
 REPLAYS = 2
@@ -214,6 +217,71 @@ def _nested_decorated_problem(config: CheckConfig) -> str | None:
     return None
 
 
+def _replay_inside_break_problem(config: CheckConfig) -> str | None:
+    """A break of capture B replays capture A, captured before B: A's replay (its own break
+    included) runs inside B's replay, and every replay of B equals eager, within the bound."""
+    target, device = config.target, config.device
+    drafter_in = torch.zeros(8, device=device)  # A's static input
+    step_in = torch.zeros(8, device=device)  # B's static input
+    drafted = torch.zeros(8, device=device)  # what B's break copies out of A
+    captured: dict[str, Any] = {}
+
+    @target.eager_break_during_capture
+    def shift(t: torch.Tensor) -> None:
+        t.add_(1)
+
+    @target.eager_break_during_capture
+    def draft(h: torch.Tensor, out: torch.Tensor) -> None:
+        drafter_in.copy_(h)
+        with breadcrumbs.calling("A.replay(), inside a break of B"):
+            captured["a"].replay()
+        out.copy_(captured["a_out"])
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    try:
+        with breadcrumbs.construct(REPLAY_IN_BREAK), torch.cuda.stream(side):
+            captured["a"] = target.BreakableCUDAGraphCapture()
+            with bounds.bounded("the capture of A"), collector_paused(), captured["a"]:
+                doubled = drafter_in * 2
+                shift(doubled)
+                captured["a_out"] = doubled * 1
+            capture_b = target.BreakableCUDAGraphCapture()
+            with bounds.bounded("the capture of B, whose break replays A"):
+                with collector_paused(), capture_b:
+                    h = step_in + 1
+                    draft(h, drafted)
+                    z = drafted * 3
+    except Exception as error:
+        return Problem(
+            f"capturing a break that replays another capture failed: {describe(error)}",
+            raised_cause(error, involves=REPLAY_IN_BREAK),
+        )
+    finally:
+        torch.cuda.current_stream().wait_stream(side)
+    for number, value in enumerate((2.0, -1.0, 5.0)):
+        step_in.fill_(value)
+        try:
+            with breadcrumbs.construct(REPLAY_IN_BREAK):
+                with bounds.bounded(f"replay {number} of capture B, whose break replays A"):
+                    capture_b.replay()
+            torch.cuda.synchronize()
+        except Exception as error:
+            return Problem(
+                f"replay {number} of a capture whose break replays another capture raised "
+                f"{describe(error)}",
+                raised_cause(error, involves=REPLAY_IN_BREAK),
+            )
+        want = ((value + 1) * 2 + 1) * 3
+        if not torch.equal(z, torch.full_like(z, want)):
+            return Problem(
+                f"replay {number} of a capture whose break replays another capture gave "
+                f"{z[0].item()} where eager gives {want}",
+                Cause("values", REPLAY_IN_BREAK),
+            )
+    return None
+
+
 def _nested_decorated_marked(config: CheckConfig) -> str | None:
     """:func:`_nested_decorated_problem` under its construct's breadcrumb."""
     with breadcrumbs.construct(NESTED_OP):
@@ -227,6 +295,7 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
     return (
         _decorator_identity_problem(config)
         or _nested_decorated_problem(config)
+        or _replay_inside_break_problem(config)
         or _nested_capture_problem(
             program, scenario.get("place", "capture"), scenario.get("before_step", 0), config
         )
@@ -238,6 +307,7 @@ def check(config: CheckConfig) -> CheckResult:
         found = Findings(NAME, config)
         found.fixed(_decorator_identity_problem)
         found.fixed(_nested_decorated_marked)
+        found.fixed(_replay_inside_break_problem)
 
         def body(drawn: tuple[Program, str, int]) -> Finding | None:
             program, place, at = drawn

@@ -28,10 +28,10 @@ import torch
 
 from verification import breadcrumbs
 from verification.breadcrumbs import first_error_line
-from verification.causes import Cause
+from verification.causes import HUNG, Cause
 from verification.devices import DeviceKind, device_context
 from verification.findings import SKIPPED, TARGET_BUG
-from verification.isolation import cores, run_child, signal_name
+from verification.isolation import cores, run_child, signal_name, stall_s, stalled
 from verification.ops.spec import TensorMeta
 from verification.programs import Program, Step
 from verification.properties import PROPERTIES
@@ -178,8 +178,16 @@ def run_forked(
             send.close()  # so that a child gone without a result reads as EOF here
             running.append((number, name, receive, child, scratch))
         number, name, receive, child, scratch = running.pop(0)
+        hung: list[str] = []
+        # Waits for the result while the child's trail moves (stalled: a call stuck where
+        # the child's own bound cannot end it), killing it once it stands still.
+        while not receive.poll(1.0) and child.is_alive():
+            hung = stalled(Path(scratch.name) / TRAIL)
+            if hung:
+                child.kill()
+                break
         try:
-            data: str | None = receive.recv()
+            data: str | None = None if hung else receive.recv()
         except EOFError:
             data = None
         child.join()
@@ -188,7 +196,9 @@ def run_forked(
             sys.stderr.write(err)
             trail = breadcrumbs.open_calls(Path(scratch.name) / TRAIL)
             constructs = breadcrumbs.open_constructs(Path(scratch.name) / TRAIL)
-        if data is not None and child.exitcode == 0:
+        if hung:
+            part = _hang_result(name, hung)
+        elif data is not None and child.exitcode == 0:
             part = from_json(json.loads(data))[0]
         else:
             part = _crash_result(name, child.exitcode or 1, err, trail, constructs)
@@ -280,6 +290,8 @@ def _one_child(name: str, argv: Sequence[str], resume: Resume | None) -> Propert
             child += ["--resume", json.dumps(resume.as_json())]
         done = run_child(child, capture_stderr=True, breadcrumbs=Path(scratch) / TRAIL)
         status = done.returncode
+        if done.hung:
+            return _hang_result(name, done.hung)
         if status >= 0 and result_file.exists():
             return from_json(json.loads(result_file.read_text()))[0]
         trail = breadcrumbs.open_calls(Path(scratch) / TRAIL)
@@ -292,6 +304,15 @@ def _read(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
+
+
+def _hang_result(name: str, hung: Sequence[str]) -> PropertyResult:
+    """The finding of a child killed for standing still with calls open (``hung``)."""
+    message = (
+        f"hang: the check's process did not return from {'; '.join(hung)} within "
+        f"{stall_s():g} s, and was killed"
+    )
+    return PropertyResult(name, 0, 0.0, [property_finding(name, TARGET_BUG, message, cause=HUNG)])
 
 
 def _crash_result(

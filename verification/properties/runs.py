@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from verification import breadcrumbs
+from verification import bounds, breadcrumbs
 from verification.causes import Problem
 from verification.devices import DeviceKind
 from verification.divergence import AMBIENT, Recorder, calls_cause, handed_cause
@@ -216,12 +216,12 @@ class ProgramRun:
                 self.log.clear()  # the warm-up's calls
                 place.enter(runner)
                 with place.around:
-                    with breadcrumbs.calling("BreakableCUDAGraphCapture()"):
+                    with bounds.bounded("BreakableCUDAGraphCapture()"):
                         self.capture = target.BreakableCUDAGraphCapture(**kwargs)
                     self._seed(seed)
                     before = torch.cuda.current_stream()
                     self.capture_caller = ambient_seen()
-                    with breadcrumbs.calling("the capture of the program"):
+                    with bounds.bounded("the capture of the program"):
                         with collector_paused(), self.capture:
                             self.outputs = run_steps(
                                 program, self.table, self.callables, self.static_inputs, hook
@@ -243,7 +243,7 @@ class ProgramRun:
         with torch.cuda.stream(stream):
             before = torch.cuda.current_stream()
             self.replay_caller = ambient_seen()
-            with breadcrumbs.calling("replay()"):
+            with bounds.bounded("replay()"):
                 self.capture.replay()
             problem = stream_left(before, "replay()")
         caller.wait_stream(stream)
@@ -335,7 +335,7 @@ def replay_parting(
         if run.replay() is not None:
             return None
         torch.cuda.synchronize()
-    except Exception:  # the replay does not run twice: the values alone are the finding
+    except (Exception, bounds.Hang):  # the replay does not run twice: the values alone tell
         return None
     finally:
         run.log.recorder = None

@@ -16,6 +16,7 @@ import ast
 import builtins
 import importlib
 import inspect
+import math
 import re
 import sys
 import textwrap
@@ -23,7 +24,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-from verification import breadcrumbs, causes, divergence, execute, oracle, programs
+from verification import bounds, breadcrumbs, causes, divergence, execute, oracle, programs
 from verification.findings import Finding
 from verification.ops import ambient
 from verification.programs import Program, input_expr
@@ -164,7 +165,29 @@ _BREADCRUMBS = (
     "        return contextlib.nullcontext()\n"
     "\n"
     "    scenario = calling\n"
-    "    construct = calling\n",
+    "    construct = calling\n"
+    "\n"
+    "    @staticmethod\n"
+    "    def enter(call):\n"
+    "        pass\n"
+    "\n"
+    "    leave = enter\n",
+)
+# A script's bound on a call (HANG_S, :func:`_script`): faulthandler's watchdog, restarted
+# by each bounded call; a call that never returns ends the script with every thread's stack.
+_BOUNDS = (
+    bounds,
+    "class bounds:\n"
+    "    @staticmethod\n"
+    "    def bounded(what):\n"
+    "        import contextlib\n"
+    "\n"
+    "        if HANG_S is not None:\n"
+    "            faulthandler.dump_traceback_later(HANG_S, exit=True)\n"
+    "        return contextlib.nullcontext()\n"
+    "\n"
+    "    class Hang(BaseException):\n"
+    "        pass\n",
 )
 # A script reports a problem in words; the causes findings are merged by stay behind.
 _CAUSES = [
@@ -193,7 +216,7 @@ def render(finding: Finding, target: Target, kind: str, command: str) -> str:
     scenario = dict(finding.scenario)
     module_name, _, qualname = str(scenario["fixed"]).partition(":")
     module = importlib.import_module(module_name)
-    bundle = _Bundle([_DESCRIBE, _TARGET_FRAME, _BREADCRUMBS, *_CAUSES])
+    bundle = _Bundle([_DESCRIBE, _TARGET_FRAME, _BREADCRUMBS, _BOUNDS, *_CAUSES])
     bundle.add(qualname, getattr(module, qualname), module)
     args = ", ".join(repr(a) for a in scenario.get("args", ())) + (
         ", " if scenario.get("args") else ""
@@ -208,6 +231,7 @@ def _stand_ins(finding: Finding, kind: str) -> list[tuple[Any, Any]]:
         _DESCRIBE,
         _TARGET_FRAME,
         _BREADCRUMBS,
+        _BOUNDS,
         *_CAUSES,
         (programs.make_inputs, script_program.make_inputs),
         (programs.op_table, script_program.op_table),
@@ -283,10 +307,19 @@ def _script(
         'is fixed.\n"""\n\nfrom __future__ import annotations\n\n'
     )
     imports = sorted(
-        bundle.imports | {"import sys", "import torch", "from types import SimpleNamespace"},
+        bundle.imports
+        | {
+            "import faulthandler",
+            "import sys",
+            "import torch",
+            "from types import SimpleNamespace",
+        },
         key=lambda line: (line.startswith("from"), line),
     )
     lines = [header + "\n".join(imports) + "\n", target.import_code + "\n"]
+    # The harness's bound on one call into the target, which the script keeps (bounds).
+    hang_s = bounds.current() if math.isfinite(bounds.current()) else None
+    lines.append(f"HANG_S = {hang_s!r}\n")
     if simulated:
         lines[-1] += "from verification.sim import simulated_cuda\n"
     lines += [source.strip("\n") + "\n" for source in bundle.sources.values()]
@@ -312,6 +345,9 @@ def _script(
         "    return 1\n"
     )
     entry = (
+        "    if HANG_S is not None:  # a call that never returns: every stack, and exit 1\n"
+        "        faulthandler.dump_traceback_later(HANG_S, exit=True)\n"
+    ) + (
         "    with simulated_cuda():\n        sys.exit(main())\n"
         if simulated
         else ("    sys.exit(main())\n")

@@ -96,12 +96,13 @@ def test_a_child_interpreter_that_dies_leaves_its_breadcrumbs_to_the_finding(mon
     )
 
     def run_child(argv, capture_stderr=False, breadcrumbs=None):
-        return isolation.subprocess.run(
+        done = isolation.subprocess.run(
             [sys.executable, "-c", script],
             env=child_env(base={**isolation.os.environ, isolation.ENV: str(breadcrumbs)}),
             stderr=subprocess.PIPE,
             text=True,
         )
+        return isolation.ChildRun(done.returncode, done.stderr)
 
     monkeypatch.setattr(processes, "run_child", run_child)
     result = processes.run_in_child("threads", ["check", "threads", "--device", "cuda"])
