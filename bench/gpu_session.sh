@@ -190,6 +190,22 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       planted pool_not_honoured
       step pool_direct_planted 120 env PYTHONPATH="$PYTHONPATH:/tmp/planted" python3 -m verification check pool --target planted_pool_not_honoured --device cuda --examples 5
       step pool_direct_library 150 python3 -m verification check pool --device cuda ;;
+    threads_lifetime)
+      # Captures built in one thread and captured, replayed and reset in others, on the GPU:
+      # the lifetime tests (library and minimal vLLM clean, both planted lifetime bugs found
+      # in one line), the threads tests and reproducer, then the check on the library, the
+      # minimal vLLM and (where .upstream travels) the engines' adapters.
+      step threads_lifetime_tests 240 python3 -m pytest -q -p no:cacheprovider -n 4 --bcg-device=cuda -rfE \
+        tests/harness/properties/test_lifetimes.py tests/harness/properties/test_threads.py \
+        "tests/harness/properties/test_program_reproducers.py::test_a_drawn_program_reproducer_fails_on_the_planted_bug_importing_only_torch_and_it[threads]"
+      for t in breakable_cudagraph verification.planted.vllm_minimal; do
+        step "threads_lifetime_check_$t" 120 python3 -m verification check threads --target "$t" --device cuda --examples 25
+      done
+      if [ -d .upstream ]; then
+        for t in vllm sglang piecewise_cuda_graphs; do
+          step "threads_lifetime_check_$t" 120 python3 -m verification check threads --target "verification.targets.$t" --target-path .upstream --device cuda --examples 20
+        done
+      fi ;;
     causes)
       # Causes as values on the GPU: the nested-op raise named as such, a planted mismatch
       # named at the break where replay parts from eager (run the upstream phase beside it:

@@ -431,6 +431,67 @@ def _subclass_aliased(lib: ModuleType) -> None:
     lib.arguments.whole_storage_alias = lambda tensor: whole(tensor).as_subclass(torch.Tensor)
 
 
+def _thread_state_taken_at_construction(lib: ModuleType) -> None:
+    # The thread's state slot looked up once, when the capture is built, rather than when it
+    # is entered: a capture built in one thread and entered in another registers as open in
+    # the thread that built it, and the thread capturing sees none (its decorated calls run
+    # inline, into the graph).
+    cls = lib.BreakableCUDAGraphCapture
+    init, enter, exit_, abort = cls.__init__, cls.__enter__, cls.__exit__, cls._abort
+    state = lib.thread_state
+
+    @functools.wraps(init)  # the signature still takes capture_error_mode
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        self._slot = state._state.__dict__  # the building thread's own
+
+    def __enter__(self: Any) -> Any:
+        enter(self)
+        state.set_active_capture(None)
+        self._slot["capture"] = self
+        return self
+
+    def __exit__(self: Any, *exc: Any) -> Any:
+        try:
+            return exit_(self, *exc)
+        finally:
+            self._slot["capture"] = None
+
+    def _abort(self: Any, exc: BaseException) -> None:
+        try:
+            abort(self, exc)
+        finally:
+            self._slot["capture"] = None
+
+    cls.__init__, cls.__enter__, cls.__exit__, cls._abort = __init__, __enter__, __exit__, _abort
+
+
+def _replay_from_another_thread_reads_thread_local(lib: ModuleType) -> None:
+    # Each capture's eager calls kept in a per-thread table when it closes (a per-thread cache
+    # of held arguments): a replay in another thread finds no calls and runs the graphs alone.
+    cls = lib.BreakableCUDAGraphCapture
+    exit_ = cls.__exit__
+    table = threading.local()
+
+    def from_table(key: int, index: int) -> Any:
+        calls = getattr(table, "calls", {}).get(key)
+        return None if calls is None else calls[index]()
+
+    def __exit__(self: Any, *exc: Any) -> Any:
+        result = exit_(self, *exc)
+        if self._replay_plan:
+            table.__dict__.setdefault("calls", {})[id(self)] = [
+                call for call, *_ in self._replay_plan
+            ]
+            self._replay_plan = [
+                (functools.partial(from_table, id(self), index), returns, step, launch)
+                for index, (_, returns, step, launch) in enumerate(self._replay_plan)
+            ]
+        return result
+
+    cls.__exit__ = __exit__
+
+
 def _edited(module: str, old: str, new: str) -> Callable[[ModuleType], None]:
     """A plant that rewrites ``old`` (found once) as ``new`` in the copy's ``module``, as a
     mutant does: these bugs sit in a signature or a condition, which a patch could only
@@ -524,6 +585,18 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
             "if thread_state.active_capture() is not self or self._state not in _OPEN:",
             "if thread_state.active_capture() is not self and self._state not in _OPEN:",
         ),
+    ),
+    "thread_state_taken_at_construction": (
+        "a capture takes its thread's state slot when built, not when entered: one built in "
+        "another thread registers as open in the thread that built it",
+        "threads",
+        _thread_state_taken_at_construction,
+    ),
+    "replay_from_another_thread_reads_thread_local": (
+        "replay finds its eager calls in a per-thread table filled at capture: a replay in "
+        "another thread runs the graphs alone",
+        "threads",
+        _replay_from_another_thread_reads_thread_local,
     ),
     "state_left_active": (
         "the active capture left set after an exception",

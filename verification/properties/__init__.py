@@ -52,7 +52,8 @@ PROPERTIES: dict[str, Property] = {
         ),
         Property(
             threads.NAME,
-            "captures are per thread: other threads run eagerly and capture on their own",
+            "captures are per thread: other threads run eagerly and capture on their own; a "
+            "capture built in one thread captures, replays and resets in another",
             threads.check,
             threads.example,
         ),

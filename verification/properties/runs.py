@@ -14,6 +14,7 @@ memory, the same way on GPU and simulator.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -161,9 +162,13 @@ class ProgramRun:
         capture_stream: str = "runner",
         replay_stream: str = "default",
         streams: list[torch.cuda.Stream] | None = None,
+        construct: Callable[[Callable[[], Any]], Any] | None = None,
     ) -> None:
         """``streams``, if given, gets every stream the run makes, as it makes them: a check
-        asks them whether a capture was left open there, even where this constructor raised."""
+        asks them whether a capture was left open there, even where this constructor raised.
+        ``construct``, if given, is handed the call that builds the capture and returns what
+        it built: it may make that call elsewhere (in another thread, as a runner built
+        before its capturing threads does)."""
         self.program = program
         self.table = op_table(ops)
         self.kind = kind
@@ -217,7 +222,8 @@ class ProgramRun:
                 place.enter(runner)
                 with place.around:
                     with bounds.bounded("BreakableCUDAGraphCapture()"):
-                        self.capture = target.BreakableCUDAGraphCapture(**kwargs)
+                        make = functools.partial(target.BreakableCUDAGraphCapture, **kwargs)
+                        self.capture = make() if construct is None else construct(make)
                     self._seed(seed)
                     before = torch.cuda.current_stream()
                     self.capture_caller = ambient_seen()

@@ -15,7 +15,9 @@ drawn programs are captured by their threads one after another, as that runner d
 that fails only when they overlap gets a ``caller-duty`` note, not a bug. That duty covers
 captures only: other threads calling decorated ops eagerly during a capture are checked for
 every target, and what the checker sees break there (another thread seeing A's capture as its
-own, a decorated call not run at once) is never excused by the capture mode.
+own, a decorated call not run at once) is never excused by the capture mode. Each drawn example also lives one capture object
+through a drawn :class:`~verification.properties.lifetimes.Lifetime`: built in one thread,
+captured, replayed (from either thread, one at a time) and reset in whichever thread drawn.
 """
 
 from __future__ import annotations
@@ -38,9 +40,20 @@ from verification.properties.base import (
     CheckConfig,
     CheckResult,
     Findings,
+    finding_key,
     program_strategy,
     property_finding,
     timed,
+)
+from verification.properties.lifetimes import (
+    SHOWN_CAPTURE,
+    WAIT_S,
+    Lifetime,
+    left_active,
+    lifetime_from,
+    lifetime_problem,
+    lifetime_symptom,
+    lifetimes,
 )
 from verification.properties.runs import ProgramRun
 from verification.targets.contracts import ONE_CAPTURING_THREAD
@@ -49,7 +62,6 @@ NAME = "threads"
 MODES = ("thread_local", "global", "relaxed")
 # torch's CUDAGraph.capture_begin default: the mode of a target that takes no mode parameter.
 DEFAULT_MODE = "global"
-WAIT_S = 60.0
 
 
 class _NoGate:
@@ -82,14 +94,6 @@ def modes_of(target: Any) -> tuple[str | None, ...]:
     return MODES if "capture_error_mode" in parameters else (None,)
 
 
-def _left_active(target: Any) -> str | None:
-    if target.BreakableCUDAGraphCapture.current() is not None:
-        return "a capture is still active in the capturing thread"
-    if torch.cuda.is_current_stream_capturing():
-        return "the capturing thread's stream is still capturing"
-    return None
-
-
 def _thread(fn: Callable[[], None], errors: list[Any], label: str) -> threading.Thread:
     def run() -> None:
         try:
@@ -120,9 +124,6 @@ class IsolationBroken(AssertionError):
     def __init__(self, message: str, cause: Cause | None = None) -> None:
         super().__init__(message)
         self.cause = cause
-
-
-SHOWN_CAPTURE = Cause("thread-shown-capture")
 
 
 def _global_mode_error(mode: str | None, error: Any) -> bool:
@@ -169,7 +170,7 @@ def _capture_in_thread(
         )
     except Exception as error:
         box["error"] = error
-    box["left"] = _left_active(config.target)
+    box["left"] = left_active(config.target, "the capturing thread")
 
 
 def _accept_failure(mode: str | None, box: dict[str, Any]) -> str | None:
@@ -178,6 +179,17 @@ def _accept_failure(mode: str | None, box: dict[str, Any]) -> str | None:
     if _global_mode_error(mode, error) and box["left"] is None:
         return None
     return f"the capture in thread A raised {describe(error)}"
+
+
+def _replayed(run: ProgramRun, replay: int, config: CheckConfig, which: str) -> str | None:
+    """Replay ``replay`` of a capture made in another thread, made in this one: why it
+    differs from eager or what it raised, named by ``which``, or None."""
+    where = f"{which} from another thread than the capture's"
+    try:
+        problem = run.replay_problem(config.seed + 1 + replay)
+    except Exception as error:
+        return f"{where} raised {describe(error)}"
+    return None if problem is None else within(f"{where}: ", problem)
 
 
 def _others_during_capture(
@@ -269,9 +281,9 @@ def _others_during_capture(
     before = list(calls)
     run: ProgramRun = box["run"]
     for replay in range(2):
-        problem = run.replay_problem(config.seed + 1 + replay)
+        problem = _replayed(run, replay, config, f"thread A's capture, replay {replay}")
         if problem is not None:
-            return within(f"thread A's replay {replay}: ", problem)
+            return problem
     if calls != before:
         return (
             "thread A's replay ran another thread's decorated op: it was recorded into A's capture"
@@ -333,10 +345,10 @@ def _concurrent_captures(
         if "run" not in box:
             continue
         for replay in range(2):
-            problem = box["run"].replay_problem(config.seed + 1 + replay)
+            where = f"capturer {k} of {len(programs)} concurrent captures, replay {replay}"
+            problem = _replayed(box["run"], replay, config, where)
             if problem is not None:
-                where = f"capturer {k} of {len(programs)} concurrent captures, replay {replay}: "
-                return within(where, problem)
+                return problem
         box["run"].drop()
     return None
 
@@ -364,11 +376,10 @@ def _captures_one_thread_at_a_time(
     torch.cuda.synchronize()
     for k, box in enumerate(boxes):
         for replay in range(2):
-            problem = box["run"].replay_problem(config.seed + 1 + replay)
+            where = f"capturer {k} of {len(programs)} captures in turn, replay {replay}"
+            problem = _replayed(box["run"], replay, config, where)
             if problem is not None:
-                return within(
-                    f"capturer {k} of {len(programs)} captures in turn, replay {replay}: ", problem
-                )
+                return problem
         box["run"].drop()
     return None
 
@@ -439,9 +450,24 @@ def foreign_add_eager_problem(config: CheckConfig) -> str | None:
 def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> str | None:
     """Re-checks one finding's program (a reproducer calls this)."""
     mode, at = scenario.get("mode"), scenario.get("at", 0)
-    return _others_during_capture(
-        program, at % (len(program.steps) + 1), 2, mode, config
-    ) or _concurrent_captures([program, program], at, mode, config)
+    lifetime = lifetime_from(scenario.get("lifetime"))
+    return (
+        _lifetime_problem(program, lifetime, at, mode, config)
+        or _others_during_capture(program, at % (len(program.steps) + 1), 2, mode, config)
+        or _concurrent_captures([program, program], at, mode, config)
+    )
+
+
+def _lifetime_problem(
+    program: Program, lifetime: Lifetime, at: int, mode: str | None, config: CheckConfig
+) -> str | None:
+    return lifetime_problem(program, lifetime, at % (len(program.steps) + 1), mode, config)
+
+
+def _symptom_key(finding: Finding) -> tuple[str, str, str]:
+    """A drawn finding's key, blind to which threads its lifetime drew."""
+    check, kind, symptom = finding_key(finding)
+    return check, kind, lifetime_symptom(symptom)
 
 
 def check(config: CheckConfig) -> CheckResult:
@@ -455,13 +481,19 @@ def check(config: CheckConfig) -> CheckResult:
         found = Findings(NAME, config)
         found.fixed(foreign_add_eager_problem)
 
-        def body(drawn: tuple[Program, list[Program], int, int, int]) -> Finding | None:
-            program, programs, at, others, mode_index = drawn
+        def body(drawn: tuple[Program, list[Program], int, int, int, Lifetime]) -> Finding | None:
+            program, programs, at, others, mode_index, lifetime = drawn
             mode = modes[mode_index % len(modes)]
-            scenario: tuple[tuple[str, Any], ...] = (("mode", mode), ("at", at))
-            problem = _others_during_capture(
-                program, at % (len(program.steps) + 1), others, mode, config
+            scenario: tuple[tuple[str, Any], ...] = (
+                ("mode", mode),
+                ("at", at),
+                ("lifetime", lifetime.as_data()),
             )
+            problem = _lifetime_problem(program, lifetime, at, mode, config)
+            if problem is None:
+                problem = _others_during_capture(
+                    program, at % (len(program.steps) + 1), others, mode, config
+                )
             if problem is None:
                 problem = _concurrent_captures(programs, at, mode, config, serial)
             if problem is None and serial and not relied:
@@ -480,8 +512,9 @@ def check(config: CheckConfig) -> CheckResult:
             st.integers(0, 6),
             st.integers(1, 3),
             st.integers(0, len(modes) - 1),
+            lifetimes(),
         )
-        found.search(strategy, body, max(len(modes), config.examples // 3))
+        found.search(strategy, body, max(len(modes), config.examples // 3), key=_symptom_key)
         examples, findings = found.result()
         return examples, findings + relied
 

@@ -50,6 +50,7 @@ TWO_SEGMENTS = Program(
     ),
     (5,),
 )
+LIFETIME_ACROSS_THREADS = {"build": "X", "capture": "Y", "replays": ("X", "Y"), "reset": "X"}
 # Property -> (planted bug, program, scenario, what the script must report on the bug: one of
 # the texts given, as the property words it on either device; on the H200 the allocator's slack
 # can absorb the repetition leak over a reproducer's cycles, which then shows as the first
@@ -64,11 +65,14 @@ CASES = {
     "repetition": ("closures_kept_forever", PROGRAM, {}, ("grew", "left alive", "still alive")),
     # The race detector names it on the simulator, stale values on a GPU.
     "stream-order": ("unordered_side_stream", PROGRAM, {}, ("stream race", "read stale data")),
+    # A capture built in one thread, captured in another and replayed from both: the
+    # lifetime the script runs first, which a process-global active capture fails as well.
     "threads": (
-        "global_active_capture",
+        "thread_state_taken_at_construction",
         PROGRAM,
-        {"mode": "thread_local", "at": 2},
-        "current() in another thread returned",
+        {"mode": "thread_local", "at": 2, "lifetime": LIFETIME_ACROSS_THREADS},
+        "built in thread X, captured in thread Y: current() in another thread returned the "
+        "capture open in thread Y (asked in thread X, which built it",
     ),
     "faults": (
         "state_left_active",
