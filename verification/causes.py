@@ -227,6 +227,7 @@ CAUSE_KINDS: dict[str, CauseKind] = {
         CauseKind("calls", 4, "a replay called the breaks otherwise than the capture recorded"),
         CauseKind("handed-otherwise", 4, "a break was handed other types at replay than given"),
         CauseKind("ambient", 4, "a break ran at replay under other state than its region set"),
+        CauseKind("state-left", 4, "a replay left its caller's thread in other state than eager"),
         CauseKind("fault-cleanup", 4, "a fault inside the target left its state behind"),
         CauseKind("stream-capturing", 4, "a capture leaves a stream capturing"),
         CauseKind("thread-shown-capture", 4, "another thread is shown this thread's capture"),

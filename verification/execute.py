@@ -414,6 +414,36 @@ def run_steps(
     return [env[v] for v in program.outputs]
 
 
+def state_left() -> tuple[Any, Any]:
+    """What a run leaves its caller's thread for the next step: the ambient state a break
+    can read (grad and inference mode, autocast, default dtype ...) and the device
+    generator's state, which a replay must advance as eager does."""
+    try:
+        generator = torch.cuda.get_rng_state()
+    except RuntimeError:  # no device generator to ask
+        generator = None
+    return ambient_seen(), generator
+
+
+def left_otherwise(got: tuple[Any, Any], expected: tuple[Any, Any]) -> str | None:
+    """Why the state a replay left differs from what eager leaves, in words, or None."""
+    (seen, generator), (seen_eager, generator_eager) = got, expected
+    for (name, value), (_, eager) in zip(seen, seen_eager):
+        if value != eager:
+            return (
+                f"after the replay its caller finds {name} {value!r} where eager leaves "
+                f"{eager!r}: the replay changed state of the caller's thread and left it so"
+            )
+    if generator is not None and generator_eager is not None:
+        if not torch.equal(generator, generator_eager):
+            return (
+                "after the replay the device generator is not where eager leaves it: the "
+                "replay did not advance it as its random ops and breaks do (a generator "
+                "forked or reseeded around a step gives every replay the same numbers)"
+            )
+    return None
+
+
 def seed_rng(seed: int, device: str) -> None:
     # Not torch.manual_seed: it also seeds every lazily-initialised backend (xpu, mps), and
     # each of those records a stack trace per call, a third of a simulated example's time.
@@ -549,7 +579,14 @@ class CapturedProgram:
             )
             seed_rng(rng_seed, device)
             self.capture_caller = ambient_seen()
-            with collector_paused(), self.capture:
+            with collector_paused(), self.capture as entered:
+                # A caller may write `with BreakableCUDAGraphCapture() as capture:` and replay
+                # what `as` bound: vLLM's, SGLang's and the PyPI peers' __enter__ return self.
+                if entered is not self.capture:
+                    raise TypeError(
+                        f"`with BreakableCUDAGraphCapture() as capture` bound {entered!r}, not "
+                        "the capture: __enter__ must return self for such a caller to replay it"
+                    )
                 self.outputs = run_steps(
                     program, table, callables, self.static_inputs, host=self.host
                 )

@@ -39,7 +39,9 @@ from verification.execute import (
     CapturedProgram,
     called_otherwise_message,
     handed_otherwise_message,
+    left_otherwise,
     run_eager,
+    state_left,
 )
 from verification.findings import OP_CONTRACT, TARGET_BUG, Finding
 from verification.ops.spec import OpSpec
@@ -48,6 +50,8 @@ from verification.targets import Target
 
 # The check name of the findings of a program checked against eager.
 FUZZ = "fuzz"
+# What a finding of state a replay leaves otherwise than eager blames.
+STATE_LEFT = Cause("state-left")
 Violation = Literal[
     "mismatch",
     "break-count",
@@ -55,6 +59,7 @@ Violation = Literal[
     "break-args",
     "break-arg-types",
     "break-ambient",
+    "state-left",
     "exception",
     "crash",
     "hang",
@@ -310,6 +315,7 @@ class _Check:
         self.first_inputs = make_inputs(program, seed + 1, device)
         try:
             self.first_expected = run_eager(program, table, self.first_inputs, seed + 1, self.kind)
+            self.first_left = state_left()
         except Exception as error:
             raise InvalidProgram(
                 f"eager reference failed: {type(error).__name__}: {error}\nprogram: {program}"
@@ -392,13 +398,15 @@ class _Check:
             captured, self.replaying = captures[which], which
             replay_seed = self.seed + 1 + number
             if number == 0:
-                fresh, expected = self.first_inputs, self.first_expected
+                fresh, expected, left = self.first_inputs, self.first_expected, self.first_left
             else:
                 fresh = make_inputs(program, replay_seed, self.device)
                 expected = run_eager(program, table, fresh, replay_seed, self.kind)
+                left = state_left()
             try:
                 with bounds.bounded(f"replay {number} of the program"):
                     log = captured.replay(fresh, replay_seed)
+                left_by_replay = state_left()
             except bounds.Hang as hang:
                 return self.finding("hang", hang.words(), number, cause=HUNG)
             except Exception as error:
@@ -432,6 +440,9 @@ class _Check:
             other_state = _ambient_changed(captured, program)
             if other_state is not None:
                 return self.finding("break-ambient", other_state[0], number, cause=AMBIENT)
+            changed_left = left_otherwise(left_by_replay, left)
+            if changed_left is not None:
+                return self.finding("state-left", changed_left, number, cause=STATE_LEFT)
             differing = [
                 (index, problem)
                 for index, (actual, want) in enumerate(zip(captured.outputs, expected))

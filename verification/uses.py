@@ -158,8 +158,16 @@ USES: tuple[Use, ...] = (
     Use(
         CAPTURE,
         "the object",
+        "what `with ... as` binds",
+        ("the capture itself, replayed through that name",),
+        "fuzz:verification.execute:CapturedProgram",
+        "`with BreakableCUDAGraphCapture(...) as capture:` (vLLM's and SGLang's return self)",
+    ),
+    Use(
+        CAPTURE,
+        "the object",
         "entered inside another capture",
-        ("no", "yes: must raise and leave the outer intact"),
+        ("no", "a new object", "one made before", "inside a break", "the open one again"),
         "check:nested",
         "a drafter captured inside a target step (speculative decoding)",
     ),
@@ -214,10 +222,18 @@ USES: tuple[Use, ...] = (
     Use(
         STEP,
         "state",
-        "what a step leaves for the next",
-        ("RNG offsets", "allocator blocks", "current stream", "an open capture"),
+        "what a replay leaves its caller's thread",
+        ("grad and inference mode, autocast, default dtype", "the device generator's state"),
+        "fuzz:verification.execute:state_left",
+        "sampling after a replayed step draws from the advanced generator (all engines)",
+    ),
+    Use(
+        STEP,
+        "state",
+        "what a failed step leaves for the next",
+        ("allocator blocks", "current stream", "an open capture", "the collector"),
         "check:faults",
-        "sampling RNG across steps (all engines)",
+        "a capture that raised, followed by the next batch size's capture (vLLM)",
     ),
 )
 

@@ -22,7 +22,7 @@ BINDINGS: dict[str, str] = {
     "method": "a method of a torch.nn.Module, called through the instance (self crosses)",
     "static": "a staticmethod of a class, called through an instance",
     "classmethod": "a classmethod, called through an instance (the class crosses)",
-    "partial": "a functools.partial (no __name__, no __code__)",
+    "partial": "a functools.partial binding a positional and a keyword argument (no __name__)",
     "object": "an object whose class defines __call__",
 }
 
@@ -49,7 +49,14 @@ def bound_as(way, decorator, fn):
         method.__name__ = method.__qualname__ = name
         return getattr(type("Ops", (), {name: classmethod(decorator(method))})(), name)
     if way == "partial":
-        return decorator(functools.partial(fn))
+
+        def specialised(layer, *args, layer_scale, **kwargs):
+            if (layer, layer_scale) != ("layer 0", 1.0):  # what the partial bound, intact
+                raise TypeError(f"the partial's bound arguments arrived as {layer!r}, {layer_scale!r}")
+            return fn(*args, **kwargs)
+
+        specialised.__name__ = specialised.__qualname__ = name
+        return decorator(functools.partial(specialised, "layer 0", layer_scale=1.0))
     if way == "object":
         kernel = type(name, (), {"__call__": lambda self, *args, **kwargs: fn(*args, **kwargs)})
         return decorator(kernel())

@@ -957,6 +957,17 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
             "        entry = self._runner._capture_entry(",
         ),
     ),
+    "reentry_returns_self": (
+        "a capture entered again while it is open in this thread returns itself instead of "
+        "refusing, so the inner with block's exit ends the outer capture",
+        "nested",
+        _edited(
+            "capture",
+            "        if thread_state.active_capture() is not None:\n",
+            "        if thread_state.active_capture() is self:\n            return self\n"
+            "        if thread_state.active_capture() is not None:\n",
+        ),
+    ),
 }
 NOT_BUGS: dict[str, Callable[[ModuleType], None]] = {"strong_arguments": _strong_arguments}
 # Variants judged by another contract than the library's own.

@@ -35,6 +35,13 @@ BUGS: dict[str, str] = {
     "kwargs_dropped": "an eager step replays without its keyword arguments",
     "eager_before_feeding_graph": "an eager step is recorded before the graph that feeds it",
     "nested_call_crashes": "a decorated call inside a decorated call ends a closed segment",
+    "enter_returns_none": (
+        "__enter__ returns None, not the capture, so `with Capture() as capture:` binds None"
+    ),
+    "generator_forked_around_steps": (
+        "replay runs each eager step inside torch.random.fork_rng, so a break's random draws "
+        "never advance the device generator: every replay draws what the first did"
+    ),
     "alias_drops_strides": (
         "the non-owning alias of an eager step's tensor keeps its size and offset but not its "
         "strides, so a strided view (an output written every other element) is read as dense"
@@ -123,7 +130,7 @@ class _Capture:
             self._resume_collector()
             raise
         _active.capture = self
-        return self
+        return None if "enter_returns_none" in self.bugs else self
 
     def __exit__(
         self,
@@ -202,8 +209,13 @@ class _Capture:
         order = self.segments
         if "eager_before_graphs" in self.bugs:
             order = sorted(order, key=lambda segment: segment[0] != "eager")
-        for _, run in order:
-            run()
+        for kind, run in order:
+            if kind == "eager" and "generator_forked_around_steps" in self.bugs:
+                device = torch.cuda.current_device()
+                with torch.random.fork_rng(devices=[device], device_type="cuda"):
+                    run()
+            else:
+                run()
 
 
 def _decorator(bugs: frozenset[str]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

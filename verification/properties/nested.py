@@ -2,7 +2,8 @@
 outer capture stays intact, and a decorated op called inside a decorated op runs inline.
 
 A drawn program is captured; before a drawn step a nested capture is attempted (a new capture
-object, one made beforehand, one inside an ``add_eager`` step, one inside a decorated op).
+object, one made beforehand, one inside an ``add_eager`` step, one inside a decorated op, or the
+open capture itself entered again).
 It must raise an error naming the capture, before it begins a graph (a graph whose begin failed
 on a capturing stream aborts the process when freed, on a GPU); the outer capture must then
 finish, replay equal to eager, and leave nothing active or capturing. A decorated op calling another must run the
@@ -43,7 +44,9 @@ NESTED_OP = "a decorated op called a decorated op"  # CAUSE_KINDS["nested-op"].w
 NESTED_CAPTURE = "a nested capture"
 REPLAY_IN_BREAK = "a replay started inside a break"
 _NOT_REFUSED = Cause("nested-capture", NESTED_CAPTURE)
-PLACES = ("capture", "second-object", "eager-step", "decorated-op")
+# Where the nested capture is opened: in the region, by a second object made before, inside
+# an eager step, inside a decorated op, or by the open capture itself entered again.
+PLACES = ("capture", "second-object", "eager-step", "decorated-op", "same-object")
 REPLAYS = 2
 
 
@@ -63,7 +66,13 @@ class _Attempt:
     def _try_nested(self, _: Any = None) -> None:
         if self.outcome != "not tried":
             return  # at replay the step only runs, it tries nothing
-        inner = self.prepared or self.target.BreakableCUDAGraphCapture()
+        if self.place == "same-object":
+            inner = self.target.BreakableCUDAGraphCapture.current()
+            if inner is None:
+                self.outcome = "no open capture to enter again"
+                return
+        else:
+            inner = self.prepared or self.target.BreakableCUDAGraphCapture()
         try:
             with inner:
                 pass
@@ -75,7 +84,7 @@ class _Attempt:
     def hook(self, index: int, env: dict[int, torch.Tensor]) -> None:
         if index != self.at:
             return
-        if self.place in ("capture", "second-object"):
+        if self.place in ("capture", "second-object", "same-object"):
             self._try_nested()
         elif self.place == "eager-step":
             self.target.BreakableCUDAGraphCapture.current().add_eager(self._try_nested)
@@ -111,7 +120,11 @@ def _nested_capture_problem(
         )
     finally:
         left = _left_active(config.target)
-    where = f"a nested capture ({place}, before step {at})"
+    where = (
+        f"the open capture entered again (before step {at})"
+        if place == "same-object"
+        else f"a nested capture ({place}, before step {at})"
+    )
     if attempt.outcome is None:
         return Problem(f"{where} was let through", _NOT_REFUSED)
     if isinstance(attempt.outcome, BaseException) and BEGIN_IN_CAPTURE in str(attempt.outcome):

@@ -19,6 +19,11 @@ def test_planted_nesting_bug_is_found(bcg_kind, tmp_path, bug):
     assert failing(check("nested", bug, bcg_kind, tmp_path))
 
 
+def test_the_open_capture_entered_again_and_let_through_is_found(bcg_kind, tmp_path):
+    findings = failing(check("nested", "reentry_returns_self", bcg_kind, tmp_path))
+    assert any("the open capture entered again" in f.message for f in findings), findings
+
+
 @pytest.mark.sim
 def test_a_nested_capture_refused_only_by_capture_begin_is_found(bcg_kind, tmp_path):
     # Simulator only: on a GPU the planted bug's failed graph aborts the test process when
