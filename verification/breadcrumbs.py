@@ -163,11 +163,13 @@ def open_constructs(path: str | Path) -> list[str]:
 
 def open_calls(path: str | Path) -> list[str]:
     """Per thread, the scenario and the calls (outermost first) it had entered and not left:
-    "thread A, scenario S: capture > decorated break f"; empty when the file has none."""
-    stacks = _open_stacks(path)
+    "thread A, scenario S: capture > decorated break f"; the thread deepest in calls first
+    (the one inside the target, where a thread waiting on it is only in the check); empty when
+    the file has none."""
+    stacks = sorted(_open_stacks(path).items(), key=lambda item: -len(item[1]))
     return [
         f"thread {thread}, scenario {stack[-1][0]}: {' > '.join(call for _, call in stack)}"
-        for thread, stack in stacks.items()
+        for thread, stack in stacks
         if stack
     ]
 

@@ -25,6 +25,8 @@ from verification.breadcrumbs import ENV, open_calls
 # How long a child's trail may stand still, in bounds on one call: past the bound its own
 # timer ends a call stuck in Python, so a child past twice the bound is stuck where it cannot.
 STALL_BOUNDS = 2
+# How long an interrupted command waits for its child to end by itself.
+_INTERRUPTED_CHILD_S = 10.0
 
 
 def stall_s() -> float:
@@ -68,15 +70,25 @@ def run_child(
     )
     hung: list[str] = []
     err = ""
-    while True:
+    try:
+        while True:
+            try:
+                _, err = child.communicate(timeout=1.0)
+                break
+            except subprocess.TimeoutExpired:
+                if breadcrumbs is not None and not hung:
+                    hung = stalled(breadcrumbs)
+                    if hung:
+                        child.kill()
+    except BaseException:
+        # A Ctrl-C reaches the child too: it ends on its own and says so, before the caller
+        # removes what the child still writes to; one that does not is killed.
         try:
-            _, err = child.communicate(timeout=1.0)
-            break
+            child.wait(timeout=_INTERRUPTED_CHILD_S)
         except subprocess.TimeoutExpired:
-            if breadcrumbs is not None and not hung:
-                hung = stalled(breadcrumbs)
-                if hung:
-                    child.kill()
+            child.kill()
+            child.wait()
+        raise
     if capture_stderr:
         sys.stderr.write(err or "")
     return ChildRun(child.returncode, err or "", tuple(hung))

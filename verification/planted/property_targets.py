@@ -188,7 +188,9 @@ def _nested_break_recorded_twice(lib: ModuleType) -> None:
             if lib.thread_state.in_eager_step():
                 result = fn(*args, **kwargs)
                 call = functools.partial(fn, *args, **kwargs)
-                capture._segments.append(lib.segments.EagerStep(fn.__name__, call, None))
+                capture._segments.append(
+                    lib.segments.EagerStep(getattr(fn, "__name__", repr(fn)), call, None)
+                )
                 return result
             return capture.add_eager_call(fn, args, kwargs)
 

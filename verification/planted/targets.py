@@ -214,7 +214,8 @@ class _Capture:
                 now = new.untyped_storage().data_ptr() in eager.memory
                 if (was or now) and "result_copied_into_argument" not in self.bugs:
                     raise RuntimeError(
-                        f"break {eager.fn.__name__} returned its argument on one call and a "
+                        f"break {getattr(eager.fn, '__name__', eager.fn)} returned its argument "
+                        "on one call and a "
                         "new tensor on another"
                     )
                 if old.is_inference() and not torch.is_inference_mode_enabled():
