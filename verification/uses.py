@@ -101,6 +101,14 @@ USES: tuple[Use, ...] = (
     ),
     Use(
         DECORATOR,
+        "the result",
+        "how long a returned tensor is the caller's",
+        ("held by the caller only", "read after later allocations"),
+        "check:pool",
+        "a logits processor returning a new tensor (vLLM `LogitsProcessor`)",
+    ),
+    Use(
+        DECORATOR,
         "the call",
         "called inside another break",
         ("top level", "inside a break's eager run", "inside a nested capture"),
@@ -175,9 +183,17 @@ USES: tuple[Use, ...] = (
         CAPTURE,
         "the object",
         "dropped, collected, frozen collector",
-        ("kept", "dropped and collected", "gc.freeze() as engines do"),
+        ("kept", "freed by the collector mid-capture", "collector paused by the caller"),
         "check:faults",
         "vLLM and SGLang freeze the collector around capture",
+    ),
+    Use(
+        CAPTURE,
+        "the object",
+        "dropped with the collector off",
+        ("freed by reference counting alone",),
+        "check:pool",
+        "vLLM's `gc.freeze()` after capture keeps what only the collector frees",
     ),
     Use(
         REPLAY,

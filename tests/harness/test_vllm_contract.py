@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from verification.fuzz import CampaignConfig, run_campaign
-from verification.planted.vllm_minimal import BUGS, build
+from verification.planted.vllm_minimal import BUGS, CHECKS, build
 from verification.targets import load_target
 
 
@@ -19,7 +19,7 @@ def test_minimal_vllm_implementation_passes_under_out_buffer(bcg_kind):
     assert not result.findings, result.findings[0].summary()
 
 
-@pytest.mark.parametrize("bug", list(BUGS))
+@pytest.mark.parametrize("bug", [bug for bug in BUGS if bug not in CHECKS])
 def test_fuzzer_finds_planted_bug_of_the_vllm_minimal_implementation(bcg_kind, bug):
     # Half of fuzz's programs are engine-shaped, so the plain ones that reach the ordering
     # bugs are half as dense: the ci profile's 25 examples missed them when the shared

@@ -2,8 +2,9 @@
 :mod:`verification.planted` in the same environment, through the check that must find it, and
 count the hits.
 
-Fuzz targets (``targets``, ``vllm_minimal``, ``library_targets``: ``BUGS`` and ``build(bug)``)
-run the differential campaign with up to :data:`FUZZ_EXAMPLES` examples each; property targets
+Fuzz targets (``targets``, ``vllm_minimal``, ``library_targets``: ``BUGS`` and ``build(bug)``,
+and ``CHECKS`` naming the property of a bug the fuzzer is not the one to find) run the
+differential campaign with up to :data:`FUZZ_EXAMPLES` examples each; property targets
 (``property_targets`` and ``duty_targets``: ``BUGS`` maps each bug to a description and
 the property that must find it; ``runner_targets``: each for the runner property) run that property with the ``ci`` budget
 the suite proves each is found within. The question is only whether the check fails, so each
@@ -85,7 +86,10 @@ def planted_targets() -> list[Planted]:
     found = []
     for name in FUZZ_MODULES:
         module = importlib.import_module(name)
-        found += [Planted(f"{name}:{bug}", "fuzz", name, bug) for bug in module.BUGS]
+        checks = getattr(module, "CHECKS", {})  # a bug a property check finds, not the fuzzer
+        found += [
+            Planted(f"{name}:{bug}", checks.get(bug, "fuzz"), name, bug) for bug in module.BUGS
+        ]
     for name in (PROPERTY_MODULE, DUTY_MODULE):
         module = importlib.import_module(name)
         found += [

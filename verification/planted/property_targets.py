@@ -62,6 +62,17 @@ def library_target(
     )
 
 
+def _capture_holds_itself(lib: ModuleType) -> None:
+    cls = lib.BreakableCUDAGraphCapture
+    enter = cls.__enter__
+
+    def __enter__(self: Any) -> Any:
+        self._on_replay = self.replay  # a bound method of its own: a reference cycle
+        return enter(self)
+
+    cls.__enter__ = __enter__
+
+
 def _global_active_capture(lib: ModuleType) -> None:
     lib.thread_state._state = SimpleNamespace()  # one slot for the whole process
 
@@ -958,6 +969,12 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
             "        self._runner.pool = torch.cuda.graph_pool_handle()\n"
             "        entry = self._runner._capture_entry(",
         ),
+    ),
+    "capture_holds_itself": (
+        "the capture keeps a bound method of its own, a reference cycle: dropped with the "
+        "cyclic collector frozen, as engines keep it, its graphs and memory are never freed",
+        "pool",
+        _capture_holds_itself,
     ),
     "reentry_returns_self": (
         "a capture entered again while it is open in this thread returns itself instead of "

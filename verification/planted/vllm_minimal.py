@@ -42,11 +42,17 @@ BUGS: dict[str, str] = {
         "replay runs each eager step inside torch.random.fork_rng, so a break's random draws "
         "never advance the device generator: every replay draws what the first did"
     ),
+    "result_held_weakly": (
+        "an eager step hands its caller a non-owning alias of the tensor it returned, whose "
+        "memory is freed on return and handed to the next allocation"
+    ),
     "alias_drops_strides": (
         "the non-owning alias of an eager step's tensor keeps its size and offset but not its "
         "strides, so a strided view (an output written every other element) is read as dense"
     ),
 }
+# The check that finds a bug where it is not the fuzzer (each other bug is the fuzzer's).
+CHECKS: dict[str, str] = {"result_held_weakly": "pool"}
 
 _active = threading.local()
 
@@ -203,7 +209,7 @@ class _Capture:
             self._step_error = error
             raise
         self._open_segment()
-        return result
+        return _weak_refs(result) if "result_held_weakly" in self.bugs else result
 
     def replay(self) -> None:
         order = self.segments

@@ -25,6 +25,7 @@ import functools
 import gc
 import inspect
 import math
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -240,9 +241,20 @@ def _shared_pool_problem(
         torch.cuda.synchronize()
         held.append(_held_now(runs, watch))
     finally:
-        for run in runs:
-            run.drop()
-        runs.clear()
+        captures = _weakly([run.capture for run in runs])
+        # Dropped as an engine drops them, with the cyclic collector off (vLLM freezes it
+        # after capture): what only the collector would free is never freed there.
+        with collector_paused():
+            for run in runs:
+                run.drop()
+            runs.clear()
+            kept = sum(capture() is not None for capture in captures)
+    if kept:
+        return (
+            f"{kept} of {len(captures)} dropped captures are still alive with no reference "
+            "left but a cycle of their own: with the cyclic collector frozen or off, as "
+            "engines keep it after capture, their graphs and pool memory are never freed"
+        )
     settle(config.kind)
     alive = watch.alive()
     if alive:
@@ -257,6 +269,14 @@ def _shared_pool_problem(
             f"{baseline} before they were made"
         )
     return None
+
+
+def _weakly(captures: list[Any]) -> list[Callable[[], Any]]:
+    """Weak references to ``captures`` (none for an object that takes no weak reference)."""
+    try:
+        return [weakref.ref(capture) for capture in captures if capture is not None]
+    except TypeError:
+        return []
 
 
 def _pool_id(segment: dict[str, Any]) -> tuple[int, int]:
@@ -340,6 +360,69 @@ def pool_placement_problem(config: CheckConfig, undecided: list[str] | None = No
             "eagerly run work does)"
         )
     return None
+
+
+def _allocated(address: int, nbytes: int, snapshot: list[dict[str, Any]]) -> bool:
+    """Whether the allocator holds ``[address, address + nbytes)`` as allocated: a block of a
+    segment's ``blocks`` (torch's snapshot), or an entry of its own (the simulator's)."""
+    for entry in snapshot:
+        for block in entry.get("blocks") or [entry]:
+            start = int(block["address"]) if "address" in block else int(entry["address"])
+            size = int(block.get("size", block.get("total_size", 0)))
+            taken = block.get("state") == "active_allocated" or int(block.get("allocated_size", 0))
+            if taken and start <= address and address + nbytes <= start + size:
+                return True
+    return False
+
+
+def returned_memory_problem(config: CheckConfig) -> str | None:
+    """A new tensor that a decorated call returns at capture (a logits processor's) owns
+    memory that stays allocated while its caller holds it: asked of the allocator, and of a
+    tensor allocated right after the call, which must not land on it. Contracts whose breaks
+    return no device tensor are not asked; a target that refuses the return is not either."""
+    target = config.target
+    if not target.contract.device_returns:
+        return None
+
+    @target.eager_break_during_capture
+    def fresh(y: torch.Tensor) -> torch.Tensor:
+        return y * 2
+
+    x = torch.randn(256, device=config.device)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    capture = target.BreakableCUDAGraphCapture()
+    try:
+        with torch.cuda.stream(side), collector_paused(), capture:
+            got = fresh(x + 1)
+            after = x * 3  # where memory freed under the caller's result would go first
+    except Exception:  # refused (a strict target), or a failure other questions name
+        return None
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    problem = None
+    if not isinstance(got, torch.Tensor):
+        pass
+    elif _overlapping(got, after):
+        problem = "shares its memory with a tensor the caller allocated after the call"
+    elif not _allocated(got.data_ptr(), got.nbytes, torch.cuda.memory_snapshot()):
+        problem = "lies in memory the allocator holds as free"
+    reset = getattr(capture, "reset", None)
+    if callable(reset):
+        reset()
+    del capture
+    if problem is None:
+        return None
+    return (
+        f"the new tensor a decorated call returned at capture {problem}: the target handed "
+        "its caller an alias that does not own the result's memory (a non-owning reference), "
+        "so the caller reads, and later allocations write, memory that is no longer the result"
+    )
+
+
+def _overlapping(a: torch.Tensor, b: torch.Tensor) -> bool:
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    return a0 < b0 + b.nbytes and b0 < a0 + a.nbytes
 
 
 def out_of_order_demonstration(config: CheckConfig) -> Finding:
@@ -736,6 +819,7 @@ def check(config: CheckConfig) -> CheckResult:
 
         undecided: list[str] = []
         found.fixed(functools.partial(pool_placement_problem, undecided=undecided))
+        found.fixed(returned_memory_problem)
         found.fixed(arguments_as_given_problem)
         found.fixed(views_as_given_problem)
         before = len(found.found)

@@ -15,6 +15,7 @@ contract. Without SGLang, importing this raises :class:`~verification.errors.Usa
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -93,13 +94,16 @@ class BreakableCUDAGraphCapture:
         self._capture = _sglang.BreakableCUDAGraphCapture(
             self.graph, pool=self.pool, stream=stream, capture_error_mode=capture_error_mode
         )
-        self._capture.adapter = self  # what current() hands back
+        # What current() hands back, held weakly: a cycle through the adapter would keep a
+        # dropped capture, and its graphs, alive until the cyclic collector runs.
+        self._capture.adapter = weakref.ref(self)
 
     @staticmethod
     def current() -> Any:
         """The capture SGLang records as open in this context (a ContextVar)."""
         open_ = _sglang._current_capture_var.get()
-        return getattr(open_, "adapter", open_)
+        adapter = getattr(open_, "adapter", None)
+        return open_ if adapter is None else adapter()
 
     def __enter__(self) -> BreakableCUDAGraphCapture:
         self._capture.__enter__()

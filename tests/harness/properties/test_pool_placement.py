@@ -11,7 +11,11 @@ from tests.property_checks import check, failing
 from verification.planted import vllm_minimal
 from verification.planted.property_targets import build
 from verification.properties.base import CheckConfig
-from verification.properties.pool import out_of_order_demonstration, pool_placement_problem
+from verification.properties.pool import (
+    out_of_order_demonstration,
+    pool_placement_problem,
+    returned_memory_problem,
+)
 from verification.targets import load_target
 
 # The direct question's words: what was given, where the memory lies, why it matters.
@@ -65,3 +69,20 @@ def test_vllms_minimal_capture_gets_no_target_bug_from_the_pool_check(bcg_kind, 
     findings = check("pool", None, bcg_kind, tmp_path, planted="vllm_minimal")
     assert not failing(findings), failing(findings)[0].message
     assert not [f for f in findings if f.kind in ("harness-error", "undecided")], findings
+
+
+def test_a_capture_that_only_the_cyclic_collector_frees_is_found(bcg_kind, tmp_path):
+    findings = failing(check("pool", "capture_holds_itself", bcg_kind, tmp_path))
+    assert any("cycle of their own" in f.message for f in findings), findings
+
+
+def test_a_returned_tensor_handed_back_as_a_non_owning_alias_is_found(bcg_kind, bcg_device):
+    target = load_target(vllm_minimal.build("result_held_weakly"))
+    problem = returned_memory_problem(CheckConfig(target, bcg_kind, bcg_device, 1))
+    assert problem is not None and "does not own the result's memory" in problem
+
+
+def test_a_returned_tensor_of_a_correct_target_stays_its_callers(bcg_kind, bcg_device):
+    for target in ("breakable_cudagraph", vllm_minimal.build(None)):
+        config = CheckConfig(load_target(target), bcg_kind, bcg_device, 1)
+        assert returned_memory_problem(config) is None
