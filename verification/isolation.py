@@ -21,12 +21,11 @@ from pathlib import Path
 
 from verification import bounds
 from verification.breadcrumbs import ENV, open_calls
+from verification.errors import raise_if_interrupted
 
 # How long a child's trail may stand still, in bounds on one call: past the bound its own
 # timer ends a call stuck in Python, so a child past twice the bound is stuck where it cannot.
 STALL_BOUNDS = 2
-# How long an interrupted command waits for its child to end by itself.
-_INTERRUPTED_CHILD_S = 10.0
 
 
 def stall_s() -> float:
@@ -76,18 +75,16 @@ def run_child(
                 _, err = child.communicate(timeout=1.0)
                 break
             except subprocess.TimeoutExpired:
+                raise_if_interrupted()  # a Ctrl-C a destructor here swallowed
                 if breadcrumbs is not None and not hung:
                     hung = stalled(breadcrumbs)
                     if hung:
                         child.kill()
     except BaseException:
-        # A Ctrl-C reaches the child too: it ends on its own and says so, before the caller
-        # removes what the child still writes to; one that does not is killed.
-        try:
-            child.wait(timeout=_INTERRUPTED_CHILD_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+        # An isolated child ignores Ctrl-C (its parent reports it): it is ended here, and
+        # waited for, before the caller removes what the child still writes to.
+        child.kill()
+        child.wait()
         raise
     if capture_stderr:
         sys.stderr.write(err or "")

@@ -30,6 +30,7 @@ from verification import breadcrumbs
 from verification.breadcrumbs import first_error_line
 from verification.causes import HUNG, Cause
 from verification.devices import DeviceKind, device_context
+from verification.errors import raise_if_interrupted
 from verification.findings import SKIPPED, TARGET_BUG
 from verification.isolation import cores, run_child, signal_name, stall_s, stalled
 from verification.ops.spec import TensorMeta
@@ -182,6 +183,7 @@ def run_forked(
         # Waits for the result while the child's trail moves (stalled: a call stuck where
         # the child's own bound cannot end it), killing it once it stands still.
         while not receive.poll(1.0) and child.is_alive():
+            raise_if_interrupted()  # a Ctrl-C a destructor here swallowed
             hung = stalled(Path(scratch.name) / TRAIL)
             if hung:
                 child.kill()
