@@ -39,6 +39,13 @@ def _said(stderr: str) -> str:
     return "\n".join(line for line in lines if not line.startswith("building the CUDA"))
 
 
+def _sigint_as_from_a_terminal() -> None:
+    """In the command's process before it starts: Ctrl-C at its default disposition, as a
+    terminal gives it. A child inherits an ignored SIGINT, and Python then installs no
+    KeyboardInterrupt for it: a worker of this suite was seen to have it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _env(*paths: Path, **extra: str) -> dict[str, str]:
     return child_env(*paths) | extra
 
@@ -101,6 +108,7 @@ def test_ctrl_c_during_certify_is_one_line_exit_130_and_leaves_nothing(tmp_path)
          "--target", "slow_start_target", "--out", str(out)],
         cwd=ROOT, env=_env(tmp_path, CAMPAIGN_STARTED=str(started)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_sigint_as_from_a_terminal,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 240
@@ -157,6 +165,7 @@ def test_ctrl_c_lost_in_a_destructor_still_ends_certify_at_once(tmp_path):
         [sys.executable, "-m", "verification", "certify", "--device", "sim",
          "--target", "swallowing_target", "--out", str(out)],
         cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=240,
+        preexec_fn=_sigint_as_from_a_terminal,
     )  # fmt: skip
     assert done.returncode == 130, done.stderr[-2000:]
     assert _said(done.stderr) == "interrupted: nothing written", done.stderr[-2000:]
@@ -185,6 +194,7 @@ def test_ctrl_c_during_an_isolated_fuzz_is_one_line_for_both_processes(tmp_path)
          "--examples", "100000", "--target", "slow_start_target"],
         cwd=ROOT, env=_env(tmp_path, CAMPAIGN_STARTED=str(started)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=_sigint_as_from_a_terminal,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 240
