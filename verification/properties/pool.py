@@ -381,7 +381,8 @@ def returned_memory_problem(config: CheckConfig) -> str | None:
     tensor allocated right after the call, which must not land on it. Contracts whose breaks
     return no device tensor are not asked; a target that refuses the return is not either."""
     target = config.target
-    if not target.contract.device_returns:
+    # A reproducer's target is the module itself, without the harness's contract: it asks.
+    if not getattr(getattr(target, "contract", None), "device_returns", True):
         return None
 
     @target.eager_break_during_capture

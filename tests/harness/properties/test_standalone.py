@@ -20,6 +20,7 @@ from verification.targets import load_target
 ROOT = Path(__file__).resolve().parents[3]
 FIXED = {
     "pool-placement": pool.pool_placement_problem,
+    "returned-memory": pool.returned_memory_problem,
     "arguments": pool.arguments_as_given_problem,
     "views": pool.views_as_given_problem,
     **{name: functools.partial(pool.container_as_given_problem, name) for name in pool.CONTAINERS},
