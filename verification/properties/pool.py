@@ -402,12 +402,11 @@ def returned_memory_problem(config: CheckConfig) -> str | None:
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     problem = None
-    if not isinstance(got, torch.Tensor):
-        pass
-    elif _overlapping(got, after):
-        problem = "shares its memory with a tensor the caller allocated after the call"
-    elif not _allocated(got.data_ptr(), got.nbytes, torch.cuda.memory_snapshot()):
-        problem = "lies in memory the allocator holds as free"
+    if isinstance(got, torch.Tensor):  # a target that returns something else: nothing to ask
+        if _overlapping(got, after):
+            problem = "shares its memory with a tensor the caller allocated after the call"
+        elif not _allocated(got.data_ptr(), got.nbytes, torch.cuda.memory_snapshot()):
+            problem = "lies in memory the allocator holds as free"
     reset = getattr(capture, "reset", None)
     if callable(reset):
         reset()
