@@ -4,7 +4,8 @@ While thread A captures a drawn program (paused before a drawn step), threads B.
 the current capture (must be none), call a decorated op on tensors they allocate on their
 own streams (it must run eagerly, at once) and are never recorded into A's capture; A's
 replay equals eager. N threads capturing drawn programs at once, each on its own stream, each
-replay correctly. A fixed scenario has another thread call ``add_eager`` on A's open capture:
+replay correctly; they cross the drawn step one at a time, each while the others are held
+inside their captures, so a crossing that disturbs another thread's capture does so on every run. A fixed scenario has another thread call ``add_eager`` on A's open capture:
 it must be refused or run there at once, never recorded into A. Both run under every
 ``capture_error_mode`` the target accepts; in
 ``global`` mode CUDA lets other threads' allocations invalidate A's capture (measured on the
@@ -292,34 +293,67 @@ def _others_during_capture(
     return None
 
 
+class _Turns:
+    """Threads paused inside their captures at one step cross it one at a time, in thread
+    order: each waits there until every thread has arrived and every thread before it has
+    crossed (reached the next step, or stopped). So whatever a thread does between the two
+    (end a segment, run a break, begin the next) it does while every other thread has a
+    capture open, on every run and every card, not as timing allows."""
+
+    def __init__(self, count: int) -> None:
+        self._arrived = [False] * count
+        self._crossed = [False] * count
+        self._changed = threading.Condition()
+
+    def _wait(self, ready: Callable[[], bool]) -> None:
+        with self._changed:
+            if not self._changed.wait_for(ready, WAIT_S):
+                raise threading.BrokenBarrierError  # another thread never came; it is judged
+
+    def arrive(self, k: int) -> None:
+        with self._changed:
+            self._arrived[k] = True
+            self._changed.notify_all()
+        self._wait(lambda: all(self._arrived) and all(self._crossed[:k]))
+
+    def cross(self, k: int, wait: bool = True) -> None:
+        with self._changed:
+            self._arrived[k] = self._crossed[k] = True
+            self._changed.notify_all()
+        if wait:
+            self._wait(lambda: all(self._crossed))
+
+
 def _concurrent_captures(
     programs: list[Program], at: int, mode: str | None, config: CheckConfig, serial: bool = False
 ) -> str | None:
     """``serial``: each thread captures after the one before has finished (the runner's duty)."""
     if serial:
         return _captures_one_thread_at_a_time(programs, mode, config)
-    barrier = threading.Barrier(len(programs), timeout=WAIT_S)
+    turns = _Turns(len(programs))
     errors: list[Any] = []
     boxes = [_with_inputs(program, config) for program in programs]
     gate = _gate(config.kind)
 
-    def meet(index: int, env: dict[int, torch.Tensor], last: int) -> None:
-        if index == min(at, last):
-            gate.release()
-            try:
-                barrier.wait()
-            finally:
-                gate.acquire()
+    def meet(k: int, index: int, last: int) -> None:
+        step = min(at, last)
+        if index not in (step, step + 1):
+            return
+        gate.release()
+        try:
+            turns.arrive(k) if index == step else turns.cross(k)
+        finally:
+            gate.acquire()
 
     def capture(k: int) -> None:
         last = len(programs[k].steps)
         try:
             with gate:
                 _capture_in_thread(
-                    programs[k], config, mode, lambda i, env: meet(i, env, last), boxes[k]
+                    programs[k], config, mode, lambda i, env: meet(k, i, last), boxes[k]
                 )
         finally:
-            barrier.abort()  # a thread that never reaches the barrier must not hang the others
+            turns.cross(k, wait=False)  # a thread that stopped early must not hold the others
 
     threads = [
         _thread(lambda k=k: capture(k), errors, f"capturer {k}") for k in range(len(programs))
