@@ -68,8 +68,12 @@ def describe(
 
 
 def _generic(label: str) -> str:
-    """A type label without the program's own names: what breaks is being a namedtuple."""
-    return re.sub(r"namedtuple \w+", "namedtuple", label)
+    """A type label without the program's own names and counts: what breaks is being a
+    namedtuple, or a dict's keys or a call's keywords or its number of arguments changing,
+    whichever the program named or how many it passed."""
+    label = re.sub(r"namedtuple \w+", "namedtuple", label)
+    label = re.sub(r"\[[^\]]*\]", "", label)  # a dict's keys, a call's keyword names
+    return re.sub(r" of \d+$", "", label).strip()
 
 
 # A tensor the target rebuilt for replay over the same memory: its view bits, its subclass or
@@ -92,7 +96,18 @@ def handed_cause(given: str, got: str, owned_suffix: str) -> Cause:
         return Cause("capture-time-copy", f"a {_generic(got)} host argument")
     if _tensor_label(given) and _tensor_label(got):
         return TENSOR_REBUILT
+    if _generic(given) == _generic(got):  # the same kind of thing with other keys or items
+        return Cause("handed-otherwise", f"{_generic(given)} handed at replay with other items")
     return Cause("handed-otherwise", f"{_generic(given)} handed at replay as {_generic(got)}")
+
+
+def layout_cause(aspects: Sequence[str]) -> Cause:
+    """The cause of a tensor handed to a break at replay in another layout than at capture,
+    by the most telling aspect that differs (``dtype``, ``shape``, ``strides``, ``address``):
+    one bug hands a column of the wrong strides and the copy it made at another address."""
+    return Cause(
+        "handed-otherwise", f"a tensor handed to a break at replay with another {aspects[0]}"
+    )
 
 
 def calls_cause(called: Sequence[int], expected: Sequence[int]) -> Cause:
@@ -111,6 +126,8 @@ def calls_cause(called: Sequence[int], expected: Sequence[int]) -> Cause:
 
 
 AMBIENT = Cause("ambient")
+# A replay that ran breaks another capture object recorded: state shared between captures.
+FOREIGN_CALLS = Cause("calls", "a replay ran breaks that another capture recorded")
 
 
 # --- what each break call received and returned ---------------------------------------------

@@ -16,7 +16,7 @@ import functools
 import gc
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -31,7 +31,23 @@ from verification.programs import Program, Step, call_way, produces_value
 from verification.sim import POISON_INT16
 from verification.targets import Target
 
-BreakEntry = tuple[int, tuple[int, ...]]
+
+class TensorLayout(NamedTuple):
+    """How a break was handed one tensor: what it reads, and how (its dtype, shape, strides),
+    and where (its address). A replay must hand each break what the capture handed it."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    address: int
+
+    def __str__(self) -> str:
+        dtype = str(self.dtype).replace("torch.", "")
+        return f"{dtype} {self.shape} strides {self.strides} at {self.address:#x}"
+
+
+# A break call as the log keeps it: its step, and the layout of each tensor it was handed.
+BreakEntry = tuple[int, tuple[TensorLayout, ...]]
 # What a break was handed, as types: ``(label, children)``, a tensor labelled by its type and
 # view bits ("Tensor (conj)"), a container by its type (a namedtuple by its own name, a dict
 # with its keys) over its items, anything else by its type.
@@ -203,9 +219,52 @@ def _identity(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def _tensor_ptrs(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[int, ...]:
+def _layout(t: torch.Tensor) -> TensorLayout:
+    try:
+        strides = tuple(t.stride())
+    except RuntimeError:  # a sparse tensor has no strides
+        strides = ()
+    return TensorLayout(t.dtype, tuple(t.shape), strides, t.data_ptr())
+
+
+def tensor_layouts(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[TensorLayout, ...]:
+    """The layout of every tensor of one call's arguments, in the order they are flattened."""
     leaves, _ = tree_flatten((args, kwargs))
-    return tuple(v.data_ptr() for v in leaves if isinstance(v, torch.Tensor))
+    return tuple(_layout(v) for v in leaves if isinstance(v, torch.Tensor))
+
+
+# What can differ between two layouts, the most telling first: an address alone moves with
+# any of the others (a copy in another layout), not they with it.
+LAYOUT_ASPECTS = ("dtype", "shape", "strides", "address")
+
+
+def handed_layout(
+    replayed: Sequence[BreakEntry], captured: Sequence[BreakEntry]
+) -> tuple[int, int, TensorLayout, TensorLayout, list[str]] | None:
+    """The first tensor a replay handed a break in another layout than the capture did:
+    ``(step, which tensor argument, what it got, what it was given, the aspects that
+    differ)``, or None; calls out of step are the break count's or order's to name."""
+    for (step, got), (captured_step, given) in zip(replayed, captured):
+        if step != captured_step or len(got) != len(given):
+            return None
+        for index, (mine, theirs) in enumerate(zip(got, given)):
+            aspects = [a for a in LAYOUT_ASPECTS if getattr(mine, a) != getattr(theirs, a)]
+            if aspects:
+                return step, index, mine, theirs, aspects
+    return None
+
+
+def handed_layout_message(
+    changed: tuple[int, int, TensorLayout, TensorLayout, list[str]], program: Program
+) -> str:
+    """A finding's words for :func:`handed_layout`'s answer."""
+    step, index, got, given, aspects = changed
+    op = program.steps[step].op if 0 <= step < len(program.steps) else "?"
+    return (
+        f"break step {step} ({op}): tensor argument {index} reached it at replay with another "
+        f"{' and '.join(aspects)} than the capture handed it ({got}, given {given}): the "
+        "target does not hand a break at replay the tensor it was given"
+    )
 
 
 def _aliases(result: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bool:
@@ -218,8 +277,35 @@ def _aliases(result: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> boo
     )
 
 
+# Per thread, the logs whose captures are replaying, innermost last: a break called at replay
+# belongs to the innermost (a break may replay another capture inside it).
+_REPLAYING = threading.local()
+
+
+@contextlib.contextmanager
+def replaying(log: BreakLog) -> Iterator[None]:
+    """While ``log``'s capture replays: a top-level call of another log's break is noted in
+    ``log.foreign``, work another capture recorded that this replay ran."""
+    stack = _REPLAYING.__dict__.setdefault("logs", [])
+    stack.append(log)
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def foreign_message(foreign: Sequence[tuple[int, str]]) -> str:
+    """A finding's words for the breaks of other captures a replay ran."""
+    step, name = foreign[0]
+    return (
+        f"the replay ran {len(foreign)} call(s) of breaks that another capture recorded, first "
+        f"`{name}` (step {step} of that capture's program): the target replays work recorded "
+        "by other capture objects"
+    )
+
+
 class BreakLog:
-    """Records ``(step index, tensor argument data_ptrs)`` once per break step call.
+    """Records ``(step index, tensor argument layouts)`` once per break step call.
 
     Calls nested inside a logged call (a break calling another decorated function) are not
     recorded: accounting is per program step. A function shared by several steps is wrapped
@@ -241,6 +327,8 @@ class BreakLog:
         self.seen: list[tuple[int, Any]] = []
         # Ids of the objects the runner keeps and updates in place (its host metadata).
         self.owned: frozenset[int] = frozenset()
+        # Calls of other logs' breaks made while this log's capture replayed (:func:`replaying`).
+        self.foreign: list[tuple[int, str]] = []
         self._named: int | None = None
         self._last = -1
         self._depth = 0
@@ -276,7 +364,10 @@ class BreakLog:
             top = self._depth == 0
             here = step if shared is None else self._step(shared) if top else -1
             if top:
-                self.entries.append((here, _tensor_ptrs(args, kwargs)))
+                replaying_now = getattr(_REPLAYING, "logs", None)
+                if replaying_now and replaying_now[-1] is not self:
+                    replaying_now[-1].foreign.append((here, name))
+                self.entries.append((here, tensor_layouts(args, kwargs)))
                 self.structures.append((here, call_structure(args, kwargs, self.owned)))
                 self.seen.append((here, ambient_seen()))
                 self._last = here
@@ -308,9 +399,14 @@ class BreakLog:
     def clear(self) -> None:
         """Forgets every call recorded so far (a warm-up's, or a replay's that raised)."""
         self.take()
+        self.take_foreign()
         self.take_aliased()
         self.take_structures()
         self.take_seen()
+
+    def take_foreign(self) -> list[tuple[int, str]]:
+        foreign, self.foreign = self.foreign, []
+        return foreign
 
     def take_seen(self) -> list[tuple[int, Any]]:
         seen, self.seen = self.seen, []
@@ -600,6 +696,9 @@ class CapturedProgram:
         # A break of the last replay handed something of other types than at capture:
         # (step, what it got, what it was given at capture), the first such call.
         self.structure_changed: tuple[int, str, str] | None = None
+        self.replayed_log: list[BreakEntry] = []
+        # Breaks of other captures the last replay ran (:func:`replaying`).
+        self.foreign: list[tuple[int, str]] = []
         # A break of the last replay called under other ambient state than at capture:
         # (step, the difference in words), the first such call.
         self.ambient_changed: tuple[int, str] | None = None
@@ -614,10 +713,13 @@ class CapturedProgram:
         seed_rng(rng_seed, self.device)
         replay_caller = ambient_seen()
         try:
-            self.capture.replay()
+            with replaying(self.log):
+                self.capture.replay()
             torch.cuda.synchronize()
         finally:
-            entries = self.log.take()
+            # Kept for a replay that raised: the calls it made before, in which layouts.
+            entries = self.replayed_log = self.log.take()
+            self.foreign = self.log.take_foreign()
             self.alias_switched = {
                 step
                 for step, aliased in self.log.take_aliased()

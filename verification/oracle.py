@@ -25,11 +25,13 @@ from verification import bounds
 from verification.causes import HUNG, Cause, describe, raised_cause
 from verification.divergence import (
     AMBIENT,
+    FOREIGN_CALLS,
     Parting,
     Recorder,
     calls_cause,
     first_parting,
     handed_cause,
+    layout_cause,
     segment_of,
 )
 from verification.execute import (
@@ -38,6 +40,9 @@ from verification.execute import (
     BreakLog,
     CapturedProgram,
     called_otherwise_message,
+    foreign_message,
+    handed_layout,
+    handed_layout_message,
     handed_otherwise_message,
     left_otherwise,
     run_eager,
@@ -140,9 +145,10 @@ def compare(
 
 
 def check_breaks(
-    log: Sequence[BreakEntry], capture_log: Sequence[BreakEntry], break_steps: Sequence[int]
+    log: Sequence[BreakEntry], break_steps: Sequence[int]
 ) -> tuple[str, str, int | None] | None:
-    """``(kind, message, step)`` when a replay's break calls differ from the program's breaks."""
+    """``(kind, message, step)`` when a replay's break calls differ from the program's breaks
+    in count or order (:func:`_layout_changed` compares what each was handed)."""
     steps = [step for step, _ in log]
     if sorted(steps) != sorted(break_steps):
         counts = {s: steps.count(s) for s in break_steps}
@@ -158,13 +164,6 @@ def check_breaks(
             f"break steps called in order {steps}, expected {list(break_steps)}",
             None,
         )
-    for (step, ptrs), (_, captured) in zip(log, capture_log):
-        if ptrs != captured:
-            return (
-                "break-args",
-                f"break step {step} got buffers {ptrs}, captured with {captured}",
-                step,
-            )
     return None
 
 
@@ -173,6 +172,17 @@ def _types_changed(captured: CapturedProgram, program: Program) -> tuple[str, Ca
     if changed is None:
         return None
     return handed_otherwise_message(changed, program), handed_cause(changed[2], changed[1], OWNED)
+
+
+def _layout_changed(
+    log: Sequence[BreakEntry], captured: CapturedProgram, program: Program
+) -> tuple[str, int, Cause] | None:
+    """A tensor a replay handed a break in another layout than the capture did: the words, the
+    step and the cause."""
+    moved = handed_layout(log, captured.capture_log)
+    if moved is None:
+        return None
+    return handed_layout_message(moved, program), moved[0], layout_cause(moved[4])
 
 
 def _ambient_changed(captured: CapturedProgram, program: Program) -> tuple[str, Cause] | None:
@@ -410,6 +420,9 @@ class _Check:
             except bounds.Hang as hang:
                 return self.finding("hang", hang.words(), number, cause=HUNG)
             except Exception as error:
+                if captured.foreign:
+                    message = foreign_message(captured.foreign)
+                    return self.finding("break-count", message, number, cause=FOREIGN_CALLS)
                 if refused(error, captured.alias_switched, program, table):
                     self.refused = True
                     return None
@@ -419,6 +432,9 @@ class _Check:
                 changed = _types_changed(captured, program)
                 if changed is not None:
                     return self.finding("break-arg-types", changed[0], number, cause=changed[1])
+                moved = _layout_changed(captured.replayed_log, captured, program)
+                if moved is not None:
+                    return self.finding("break-args", moved[0], number, moved[1], moved[2])
                 other_state = _ambient_changed(captured, program)
                 if other_state is not None:
                     return self.finding("break-ambient", other_state[0], number, cause=AMBIENT)
@@ -428,15 +444,19 @@ class _Check:
                     number,
                     cause=raised_cause(error),
                 )
-            broken = check_breaks(log, captured.capture_log, self.break_steps)
+            if captured.foreign:
+                message = foreign_message(captured.foreign)
+                return self.finding("break-count", message, number, cause=FOREIGN_CALLS)
+            broken = check_breaks(log, self.break_steps)
             if broken is not None:
                 cause = calls_cause([s for s, _ in log], self.break_steps)
-                if broken[0] == "break-args":
-                    cause = Cause("calls", "a replay handed a break other buffers than at capture")
                 return self.finding(broken[0], broken[1], number, broken[2], cause)  # type: ignore[arg-type]
             changed = _types_changed(captured, program)
             if changed is not None:
                 return self.finding("break-arg-types", changed[0], number, cause=changed[1])
+            moved = _layout_changed(log, captured, program)
+            if moved is not None:
+                return self.finding("break-args", moved[0], number, moved[1], moved[2])
             other_state = _ambient_changed(captured, program)
             if other_state is not None:
                 return self.finding("break-ambient", other_state[0], number, cause=AMBIENT)

@@ -13,8 +13,12 @@ from typing import Any
 import torch
 
 from verification import bounds
-from verification.causes import describe
+from verification.causes import Cause, Problem, describe
 from verification.execute import collector_paused
+
+# What a leftover blames, whichever check comes upon it: the same state is one cause.
+LEFT_CAPTURING = Cause("stream-capturing")
+LEFT_ACTIVE = Cause("fault-cleanup", "a capture left active in the thread")
 
 
 def left_over(target: Any) -> str | None:
@@ -23,11 +27,11 @@ def left_over(target: Any) -> str | None:
     to ask before every example."""
     try:
         if target.BreakableCUDAGraphCapture.current() is not None:
-            return "a capture is left active in this thread"
+            return Problem("a capture is left active in this thread", LEFT_ACTIVE)
     except Exception:  # a target without current(), or one that raises: unusable() tells
         return None
     if torch.cuda.is_current_stream_capturing():
-        return "the caller's stream is left capturing"
+        return Problem("the caller's stream is left capturing", LEFT_CAPTURING)
     return None
 
 

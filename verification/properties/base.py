@@ -23,7 +23,7 @@ import torch
 from hypothesis import strategies as st
 
 from verification import bounds, breadcrumbs
-from verification.causes import HUNG, Cause, cause_of, describe, raised_by_harness
+from verification.causes import HUNG, Cause, cause_of, describe, raised_by_harness, within
 from verification.devices import DeviceKind
 from verification.findings import (
     HARNESS_ERROR,
@@ -243,7 +243,7 @@ class Findings:
             property_finding(
                 self.prop,
                 TARGET_BUG,
-                f"an example of this check that found nothing left this behind: {left}",
+                within("an example of this check that found nothing left this behind: ", left),
             )
         )
 

@@ -35,9 +35,11 @@ batches drawn once for all, up to one above the largest.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +47,9 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from verification.execute import collector_paused
+from verification.causes import Problem, describe, within
+from verification.divergence import layout_cause
+from verification.execute import BreakEntry, collector_paused, handed_layout, tensor_layouts
 from verification.findings import Finding
 from verification.properties.base import (
     CheckConfig,
@@ -217,6 +221,50 @@ def _step_inputs(
     return tokens, lengths, bias
 
 
+class LayoutLedger:
+    """The layouts of the tensors each break call was handed, kept per capture and phase:
+    a replay that hands a break another layout than its capture did names that, before the
+    logits it makes differ (:func:`~verification.execute.handed_layout`)."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[str, int], list[BreakEntry]] = {}
+        self.now: tuple[str, int] | None = None
+        self.last: tuple[str, int] | None = None  # the phase entered last, ended or not
+
+    def watch(self, fn: Any) -> Any:
+        @functools.wraps(fn)
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            if self.now is not None:
+                calls = self.calls.setdefault(self.now, [])
+                calls.append((len(calls), tensor_layouts(args, kwargs)))
+            return fn(*args, **kwargs)
+
+        return watched
+
+    @contextlib.contextmanager
+    def during(self, phase: str, index: int) -> Iterator[None]:
+        self.now = self.last = (phase, index)
+        self.calls[self.now] = []
+        try:
+            yield
+        finally:
+            self.now = None
+
+    def moved(self, index: int, where: str) -> str | None:
+        """Why replay of capture ``index`` handed a break another layout, or None."""
+        moved = handed_layout(
+            self.calls.get(("replay", index), []), self.calls.get(("capture", index), [])
+        )
+        if moved is None:
+            return None
+        call, number, got, given, aspects = moved
+        return Problem(
+            f"{where}: break call {call} of the forward got tensor argument {number} with "
+            f"another {' and '.join(aspects)} than the capture handed it ({got}, given {given})",
+            layout_cause(aspects),
+        )
+
+
 def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
     """Why the runner loop of ``scenario`` (a capture set and, per capture, whether a logit
     bias is set) differs from eager, or None."""
@@ -225,8 +273,10 @@ def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
     target, device = config.target, config.device
     returns = bool(target.supports_tensor_returns)
     model = TinyDecoder.build(device, config.seed)
+    ledger = LayoutLedger()
     wrap = target.eager_break_during_capture
-    breaks = (wrap(causal_attention), wrap(bias_logits if returns else bias_logits_into), returns)
+    processor = bias_logits if returns else bias_logits_into
+    breaks = (wrap(ledger.watch(causal_attention)), wrap(ledger.watch(processor)), returns)
     metadata, state = AttentionMetadata([SEQ] * MAX_BATCH), LogitBias()
     top = max(capture_set.sizes)
     tokens = torch.zeros((top, SEQ), dtype=torch.long, device=device)
@@ -257,7 +307,7 @@ def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
             with place.around:
                 captures[index] = target.BreakableCUDAGraphCapture(**kwargs)
                 before = torch.cuda.current_stream()
-                with collector_paused(), captures[index]:
+                with collector_paused(), ledger.during("capture", index), captures[index]:
                     outputs[index] = model.forward(
                         tokens[:size], last[:size], seq_lens[:size], metadata, state, breaks
                     )
@@ -290,12 +340,16 @@ def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
         replay_on.wait_stream(caller)
         with torch.cuda.stream(replay_on):
             before = torch.cuda.current_stream()
-            captures[index].replay()
+            with ledger.during("replay", index):
+                captures[index].replay()
             left = stream_left(before, f"replay() of batch size {size}")
         caller.wait_stream(replay_on)
         torch.cuda.synchronize()
         if left is not None:
             return left
+        moved = ledger.moved(index, f"replay {number} (batch size {size})")
+        if moved is not None:
+            return moved
         for name, actual, want in zip(("logits", "probabilities"), outputs[index], expected):
             if not torch.allclose(actual, want, rtol=RTOL, atol=ATOL, equal_nan=False):
                 worst = (actual - want).abs().nan_to_num(float("inf")).max().item()
@@ -325,11 +379,16 @@ def _runner_loop_problem(scenario: dict[str, Any], config: Any) -> str | None:
             problem = replay(index, number)
             if problem is not None:
                 again_text = ", dropped and captured again," if again else ""
-                return (
-                    f"the capture of batch size {capture_set.sizes[index]}{again_text}: {problem}"
+                return within(
+                    f"the capture of batch size {capture_set.sizes[index]}{again_text}: ", problem
                 )
     except Exception as error:  # the target's raising is its finding, as the fuzzer counts it
-        return f"the target raised {error!r}"
+        replaying = ledger.last
+        if replaying is not None and replaying[0] == "replay":
+            moved = ledger.moved(replaying[1], "a replay that raised")
+            if moved is not None:
+                return moved
+        return f"the target raised {describe(error)}"
     finally:
         for each in captures:
             reset = getattr(each, "reset", None)

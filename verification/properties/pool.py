@@ -34,13 +34,17 @@ import torch
 from hypothesis import strategies as st
 
 from verification.causes import Problem, describe, within
-from verification.divergence import TENSOR_REBUILT, handed_cause
+from verification.divergence import TENSOR_REBUILT, handed_cause, layout_cause
 from verification.execute import (
     OWNED,
+    BreakEntry,
     BreakLog,
+    TensorLayout,
     collector_paused,
+    handed_layout,
     run_steps,
     step_callables,
+    tensor_layouts,
     type_label,
 )
 from verification.findings import KNOWN_UNSAFE, TARGET_BUG, UNDECIDED, Finding
@@ -505,9 +509,11 @@ def arguments_as_given_problem(config: CheckConfig) -> str | None:
     writes into caller-provided buffers, so this runs under every contract.
     """
     target = config.target
+    handed: list[BreakEntry] = []
 
     @target.eager_break_during_capture
     def take(conj, neg, scaled, out_conj, out_neg, out_scaled):
+        handed.append((0, tensor_layouts((conj, neg, scaled), {})))
         out_conj.copy_(conj)
         out_neg.copy_(neg)
         # A plain tensor in its place is no ScaledTensor, whatever attributes it carries: NaN,
@@ -534,8 +540,18 @@ def arguments_as_given_problem(config: CheckConfig) -> str | None:
     torch.cuda.current_stream().wait_stream(side)
     x.copy_(torch.randn(16, dtype=torch.complex64, device=config.device))
     z.copy_(torch.randn(16, device=config.device))
+    given = handed[:1]
     capture.replay()
     torch.cuda.synchronize()
+    moved = handed_layout(handed[1:2], given)
+    if moved is not None:
+        name = ("conjugate view", "negative view", "tensor subclass")[moved[1]]
+        return Problem(
+            f"capture intermediates given to a break reached it at replay not as they were "
+            f"given: a {name} with another {' and '.join(moved[4])} ({moved[2]}, given "
+            f"{moved[3]})",
+            layout_cause(moved[4]),
+        )
     wrong = [
         name
         for name, got, want in (
@@ -576,13 +592,13 @@ def views_as_given_problem(config: CheckConfig) -> str | None:
     The break writes into caller-provided buffers, so this runs under every contract.
     """
     target = config.target
-    layouts: list[list[tuple[Any, ...]]] = []
+    layouts: list[tuple[TensorLayout, ...]] = []
 
     @target.eager_break_during_capture
     def take(*views_and_outs: torch.Tensor) -> None:
         views = views_and_outs[: len(SAME_START_VIEWS)]
         outs = views_and_outs[len(SAME_START_VIEWS) :]
-        layouts.append([(tuple(v.shape), v.stride(), v.dtype) for v in views])
+        layouts.append(tensor_layouts(views, {}))
         for view, out in zip(views, outs):
             out.copy_(view.reshape(-1).to(torch.float64))
 
@@ -600,6 +616,7 @@ def views_as_given_problem(config: CheckConfig) -> str | None:
         del y
     torch.cuda.current_stream().wait_stream(side)
     x.copy_(torch.randn(4, 4, device=config.device))
+    given = layouts[0]
     layouts.clear()
     failed: BaseException | None = None
     try:
@@ -612,19 +629,27 @@ def views_as_given_problem(config: CheckConfig) -> str | None:
         reset()
     want = x * 2
     views = [view(want) for view in SAME_START_VIEWS.values()]
-    expected = [(tuple(v.shape), v.stride(), v.dtype) for v in views]
-    seen = layouts[0] if layouts else expected
+    seen = layouts[0] if layouts else given
+    moved = handed_layout([(0, seen)], [(0, given)])
+    if moved is not None:
+        name, aspects = list(SAME_START_VIEWS)[moved[1]], moved[4]
+        return Problem(
+            "views of one capture intermediate starting at the same address reached a break at "
+            f"replay not as they were given: {name} with another {' and '.join(aspects)} "
+            f"({moved[2]}, given {moved[3]})",
+            layout_cause(aspects),
+        )
     wrong = [
         name
-        for name, view, got, out, layout in zip(SAME_START_VIEWS, views, seen, outs, expected)
-        if got != layout or (failed is None and not torch.equal(out, view.reshape(-1).double()))
+        for name, view, out in zip(SAME_START_VIEWS, views, outs)
+        if failed is None and not torch.equal(out, view.reshape(-1).double())
     ]
-    if failed is not None and not wrong:
+    if failed is not None:
         return f"a break given views of one capture intermediate: replay raised {describe(failed)}"
     if wrong:
         return (
             "views of one capture intermediate starting at the same address reached a break at "
-            f"replay not as they were given: {', '.join(wrong)} (one view's layout for another)"
+            f"replay in their layouts but with other values: {', '.join(wrong)}"
         )
     return None
 

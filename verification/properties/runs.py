@@ -25,15 +25,27 @@ import torch
 from verification import bounds, breadcrumbs
 from verification.causes import Problem
 from verification.devices import DeviceKind
-from verification.divergence import AMBIENT, Recorder, calls_cause, handed_cause
+from verification.divergence import (
+    AMBIENT,
+    FOREIGN_CALLS,
+    Recorder,
+    calls_cause,
+    handed_cause,
+    layout_cause,
+)
 from verification.execute import (
     OWNED,
+    BreakEntry,
     BreakLog,
     called_otherwise,
     called_otherwise_message,
     collector_paused,
+    foreign_message,
+    handed_layout,
+    handed_layout_message,
     handed_otherwise,
     handed_otherwise_message,
+    replaying,
     run_eager,
     run_steps,
     seed_rng,
@@ -249,7 +261,7 @@ class ProgramRun:
         with torch.cuda.stream(stream):
             before = torch.cuda.current_stream()
             self.replay_caller = ambient_seen()
-            with bounds.bounded("replay()"):
+            with bounds.bounded("replay()"), replaying(self.log):
                 self.capture.replay()
             problem = stream_left(before, "replay()")
         caller.wait_stream(stream)
@@ -266,22 +278,29 @@ class ProgramRun:
         try:
             left = self.problem or self.replay()
         except Exception:
+            foreign = self.log.take_foreign()
+            if foreign:
+                return Problem(foreign_message(foreign), FOREIGN_CALLS)
             # A break handed another type than at capture fails in its own code: the cause
             # is the handing, which names the bug where the exception would name the op.
-            handed = self._handed_otherwise()
+            handed = self._handed_otherwise() or self._handed_layout(self.log.take())
             if handed is None:
                 raise
             return handed
         if left is not None:
             return left
         torch.cuda.synchronize()
-        calls = [step for step, _ in self.log.take()]
+        foreign = self.log.take_foreign()
+        if foreign:
+            return Problem(foreign_message(foreign), FOREIGN_CALLS)
+        entries = self.log.take()
+        calls = [step for step, _ in entries]
         breaks = [i for i, s in enumerate(self.program.steps) if s.brk]
         if calls != breaks:
             return Problem(
                 f"replay called break steps {calls}, expected {breaks}", calls_cause(calls, breaks)
             )
-        handed = self._handed_otherwise()
+        handed = self._handed_otherwise() or self._handed_layout(entries)
         if handed is not None:
             return handed
         tol = program_tolerance(self.program, self.table)
@@ -299,6 +318,12 @@ class ProgramRun:
         if parting.cause.involves == "a graph segment":
             return Problem(parting.words, parting.cause)
         return Problem(f"{parting.words}; then output {index} differs: {problem}", parting.cause)
+
+    def _handed_layout(self, entries: list[BreakEntry]) -> str | None:
+        moved = handed_layout(entries, self.capture_log)
+        if moved is None:
+            return None
+        return Problem(handed_layout_message(moved, self.program), layout_cause(moved[4]))
 
     def _handed_otherwise(self) -> str | None:
         changed = handed_otherwise(self.log.take_structures(), self.capture_structures)

@@ -137,7 +137,7 @@ def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_k
         ("replays_last_capture", "pool", "expected"),
         ("capture_restores_default_stream", "stream-order", "left the caller's current stream"),
         ("replay_eager_on_capture_stream", "stream-order", ("stream race", "stale")),
-        ("alias_cached_per_address", "engine", "the target raised"),
+        ("alias_cached_per_address", "engine", "with another shape than the capture handed it"),
         (
             "capture_set_slice_off_by_one",
             "engine",
