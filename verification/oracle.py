@@ -26,6 +26,7 @@ from verification.causes import HUNG, Cause, describe, raised_cause
 from verification.divergence import (
     AMBIENT,
     FOREIGN_CALLS,
+    TENSOR_REBUILT,
     Parting,
     Recorder,
     calls_cause,
@@ -429,12 +430,9 @@ class _Check:
                 # A break handed another type than at capture fails in its own code: the
                 # cause is the handing, which names the bug where the exception would name
                 # the op.
-                changed = _types_changed(captured, program)
-                if changed is not None:
-                    return self.finding("break-arg-types", changed[0], number, cause=changed[1])
-                moved = _layout_changed(captured.replayed_log, captured, program)
-                if moved is not None:
-                    return self.finding("break-args", moved[0], number, moved[1], moved[2])
+                handed = self._handed(captured, captured.replayed_log, number)
+                if handed is not None:
+                    return handed
                 other_state = _ambient_changed(captured, program)
                 if other_state is not None:
                     return self.finding("break-ambient", other_state[0], number, cause=AMBIENT)
@@ -451,12 +449,9 @@ class _Check:
             if broken is not None:
                 cause = calls_cause([s for s, _ in log], self.break_steps)
                 return self.finding(broken[0], broken[1], number, broken[2], cause)  # type: ignore[arg-type]
-            changed = _types_changed(captured, program)
-            if changed is not None:
-                return self.finding("break-arg-types", changed[0], number, cause=changed[1])
-            moved = _layout_changed(log, captured, program)
-            if moved is not None:
-                return self.finding("break-args", moved[0], number, moved[1], moved[2])
+            handed = self._handed(captured, log, number)
+            if handed is not None:
+                return handed
             other_state = _ambient_changed(captured, program)
             if other_state is not None:
                 return self.finding("break-ambient", other_state[0], number, cause=AMBIENT)
@@ -470,6 +465,19 @@ class _Check:
             ]
             if differing:
                 return self.mismatch(captured, fresh, replay_seed, number, differing)
+        return None
+
+    def _handed(
+        self, captured: CapturedProgram, log: Sequence[BreakEntry], number: int
+    ) -> Finding | None:
+        """A break a replay handed other types or layouts than the capture did: a tensor in
+        another layout names that rather than the view bits or type its copy lost."""
+        changed = _types_changed(captured, self.program)
+        moved = _layout_changed(log, captured, self.program)
+        if changed is not None and (moved is None or changed[1] != TENSOR_REBUILT):
+            return self.finding("break-arg-types", changed[0], number, cause=changed[1])
+        if moved is not None:
+            return self.finding("break-args", moved[0], number, moved[1], moved[2])
         return None
 
     def mismatch(

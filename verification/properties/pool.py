@@ -513,7 +513,7 @@ def arguments_as_given_problem(config: CheckConfig) -> str | None:
 
     @target.eager_break_during_capture
     def take(conj, neg, scaled, out_conj, out_neg, out_scaled):
-        handed.append((0, tensor_layouts((conj, neg, scaled), {})))
+        handed.append((0, tensor_layouts((conj, neg, scaled, out_conj, out_neg, out_scaled), {})))
         out_conj.copy_(conj)
         out_neg.copy_(neg)
         # A plain tensor in its place is no ScaledTensor, whatever attributes it carries: NaN,
@@ -545,7 +545,8 @@ def arguments_as_given_problem(config: CheckConfig) -> str | None:
     torch.cuda.synchronize()
     moved = handed_layout(handed[1:2], given)
     if moved is not None:
-        name = ("conjugate view", "negative view", "tensor subclass")[moved[1]]
+        names = ("conjugate view", "negative view", "tensor subclass", "buffer")
+        name = names[min(moved[1], 3)]
         return Problem(
             f"capture intermediates given to a break reached it at replay not as they were "
             f"given: a {name} with another {' and '.join(moved[4])} ({moved[2]}, given "

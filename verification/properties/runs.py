@@ -23,11 +23,12 @@ from typing import Any
 import torch
 
 from verification import bounds, breadcrumbs
-from verification.causes import Problem
+from verification.causes import Problem, cause_of
 from verification.devices import DeviceKind
 from verification.divergence import (
     AMBIENT,
     FOREIGN_CALLS,
+    TENSOR_REBUILT,
     Recorder,
     calls_cause,
     handed_cause,
@@ -283,7 +284,7 @@ class ProgramRun:
                 return Problem(foreign_message(foreign), FOREIGN_CALLS)
             # A break handed another type than at capture fails in its own code: the cause
             # is the handing, which names the bug where the exception would name the op.
-            handed = self._handed_otherwise() or self._handed_layout(self.log.take())
+            handed = self._handed(self.log.take())
             if handed is None:
                 raise
             return handed
@@ -300,7 +301,7 @@ class ProgramRun:
             return Problem(
                 f"replay called break steps {calls}, expected {breaks}", calls_cause(calls, breaks)
             )
-        handed = self._handed_otherwise() or self._handed_layout(entries)
+        handed = self._handed(entries)
         if handed is not None:
             return handed
         tol = program_tolerance(self.program, self.table)
@@ -318,6 +319,14 @@ class ProgramRun:
         if parting.cause.involves == "a graph segment":
             return Problem(parting.words, parting.cause)
         return Problem(f"{parting.words}; then output {index} differs: {problem}", parting.cause)
+
+    def _handed(self, entries: list[BreakEntry]) -> str | None:
+        """Other types, layouts or ambient state a replay handed a break than the capture did;
+        a tensor in another layout names that rather than the view bits its copy lost."""
+        handed, moved = self._handed_otherwise(), self._handed_layout(entries)
+        if moved is not None and (handed is None or cause_of(handed) == TENSOR_REBUILT):
+            return moved
+        return handed
 
     def _handed_layout(self, entries: list[BreakEntry]) -> str | None:
         moved = handed_layout(entries, self.capture_log)
