@@ -218,9 +218,13 @@ class RootCause:
         return f"also seen through: {', '.join(others)}" if others else None
 
 
-def root_causes(findings: Iterable[Finding]) -> list[RootCause]:
+def root_causes(
+    findings: Iterable[Finding], joins: Iterable[tuple[Finding, Finding]] = ()
+) -> list[RootCause]:
     """The findings grouped by cause, in the order first found: two findings are one cause
-    when they share a key (:meth:`Finding.keys`), directly or through a third."""
+    when they share a key (:meth:`Finding.keys`), directly or through a third, or when
+    ``joins`` pairs them (a finding that does not persist once the other's cause is avoided,
+    :mod:`verification.certify.persist`)."""
     found = list(findings)
     group_of: list[int] = list(range(len(found)))
 
@@ -235,6 +239,11 @@ def root_causes(findings: Iterable[Finding]) -> list[RootCause]:
         for key in finding.keys():
             other = first_with.setdefault(key, number)
             a, b = sorted((root(number), root(other)))
+            group_of[b] = a
+    number_of = {id(f): n for n, f in enumerate(found)}
+    for finding, joined in joins:
+        if id(finding) in number_of and id(joined) in number_of:
+            a, b = sorted((root(number_of[id(finding)]), root(number_of[id(joined)])))
             group_of[b] = a
     groups: dict[int, list[Finding]] = {}
     for number, finding in enumerate(found):

@@ -141,10 +141,13 @@ def certificate(
     overrides: dict[str, int] | None = None,
     command: str | None = None,
     seconds: float | None = None,
+    joins: Sequence[tuple[Finding, Finding]] = (),
 ) -> dict[str, Any]:
     """The certificate as plain data; a result with a ``section`` (sensitivity) becomes that
     section, the others rows of ``checks``. ``overrides`` are the budget options given on top
-    of ``profile``; ``command`` the command line, ``seconds`` the total time."""
+    of ``profile``; ``command`` the command line, ``seconds`` the total time; ``joins`` the
+    findings that do not persist once another cause is avoided, with that cause's finding
+    (:func:`~verification.certify.persist.avoided_joins`)."""
     target: Target = run.target
     config = run.config
     sections = {r.name: r.section for r in results if r.section is not None}
@@ -156,7 +159,7 @@ def certificate(
     broke = any(f.kind == HARNESS_ERROR for f in findings)
     passed = not failed and not broke
     # Each bug once, however many checks reached it.
-    causes = root_causes(f for f in findings if f.fails)
+    causes = root_causes((f for f in findings if f.fails), joins)
     overrides = dict(overrides or {})
     return {
         "verdict": "fail" if failed else "error" if broke else "pass",

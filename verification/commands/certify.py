@@ -20,6 +20,7 @@ from pathlib import Path
 from verification.certify import sensitivity
 from verification.certify.certificate import certificate, write_certificate
 from verification.certify.checks import run_checks
+from verification.certify.persist import avoided_joins
 from verification.certify.run import CertifyRun, CheckResult
 from verification.certify.schedule import schedule
 from verification.commands.options import (
@@ -197,6 +198,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for result in results:
         for finding, text in zip(result.findings, result.reproducers):
             print_finding(f"{result.name} {finding.summary()}", text)
+    failing = [f for r in results if r.section is None for f in r.findings if f.fails]
     cert = certificate(
         certify_run,
         results,
@@ -204,6 +206,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
         overrides=overrides,
         command=shlex.join(["python", "-m", "verification", *argv]),
         seconds=time.perf_counter() - began,
+        joins=avoided_joins(failing, config),
     )
     write_certificate(cert, args.out)
     if cert["simulated"]:

@@ -50,6 +50,20 @@ BUGS: dict[str, str] = {
         "the non-owning alias of an eager step's tensor keeps its size and offset but not its "
         "strides, so a strided view (an output written every other element) is read as dense"
     ),
+    "alias_default_dtype": (
+        "the non-owning alias of an eager step's tensor is made in the default dtype, not the "
+        "tensor's: a float16 or integer argument reaches the break reinterpreted as float32 "
+        "(and one whose memory is smaller than a float32 cannot be aliased at all)"
+    ),
+    "alias_offset_twice": (
+        "the non-owning alias of an eager step's tensor starts at the tensor's own address and "
+        "then adds its storage offset again: a view that does not start its storage reaches "
+        "the break shifted"
+    ),
+    "segments_shared_by_class": (
+        "the record of segments is a class attribute, one list for every capture object: each "
+        "replay also replays every earlier capture's graphs and eager steps"
+    ),
 }
 # The check that finds a bug where it is not the fuzzer (each other bug is the fuzzer's).
 CHECKS: dict[str, str] = {"result_held_weakly": "pool"}
@@ -57,7 +71,7 @@ CHECKS: dict[str, str] = {"result_held_weakly": "pool"}
 _active = threading.local()
 
 
-def _weak_ref(value: Any, dense: bool = False) -> Any:
+def _weak_ref(value: Any, bugs: frozenset[str] = frozenset()) -> Any:
     """A tensor over the same device memory that does not own it (vLLM's weak_ref_tensor).
 
     Conjugate and negative views and tensor subclasses are kept as they are: a tensor rebuilt
@@ -69,35 +83,36 @@ def _weak_ref(value: Any, dense: bool = False) -> Any:
     if value.is_conj() or value.is_neg() or type(value) is not torch.Tensor:
         return value
     storage = value.untyped_storage()
-    alias = torch._C._construct_storage_from_data_pointer(
-        storage.data_ptr(), value.device, storage.nbytes()
-    )
-    empty = torch.empty((), dtype=value.dtype, device=value.device)
+    start = value.data_ptr() if "alias_offset_twice" in bugs else storage.data_ptr()
+    alias = torch._C._construct_storage_from_data_pointer(start, value.device, storage.nbytes())
+    dtype = torch.get_default_dtype() if "alias_default_dtype" in bugs else value.dtype
+    empty = torch.empty((), dtype=dtype, device=value.device)
+    dense = "alias_drops_strides" in bugs
     stride = torch.empty(value.size(), device="meta").stride() if dense else value.stride()
     weak = empty.set_(alias, value.storage_offset(), value.size(), stride)
     weak.__dict__.update(value.__dict__)
     return weak
 
 
-def _weak_refs(tree: Any, dense: bool = False) -> Any:
+def _weak_refs(tree: Any, bugs: frozenset[str] = frozenset()) -> Any:
     """``tree`` with device tensors replaced by :func:`_weak_ref`; a list, tuple or dict none
     of whose items changed is kept as itself, since the runner may rewrite it in place before
     a replay (a list of sequence lengths) and the break must see that at replay."""
     if isinstance(tree, (list, tuple)):
-        items = [_weak_refs(item, dense) for item in tree]
+        items = [_weak_refs(item, bugs) for item in tree]
         if all(a is b for a, b in zip(items, tree)):
             return tree
         if isinstance(tree, tuple) and hasattr(type(tree), "_fields"):
             return type(tree)(*items)
         return type(tree)(items)
     if isinstance(tree, dict):
-        values = {key: _weak_refs(value, dense) for key, value in tree.items()}
+        values = {key: _weak_refs(value, bugs) for key, value in tree.items()}
         if all(values[key] is tree[key] for key in tree):
             return tree
         rebuilt = copy.copy(tree)
         rebuilt.update(values)
         return rebuilt
-    return _weak_ref(tree, dense)
+    return _weak_ref(tree, bugs)
 
 
 class _Capture:
@@ -110,6 +125,9 @@ class _Capture:
         # One pool for every segment, so memory handed from segment to segment stays put.
         self.pool = torch.cuda.graph_pool_handle() if pool is None else pool
         self.segments: list[tuple[str, Callable[[], Any]]] = []
+        if "segments_shared_by_class" in self.bugs:  # one list per variant's class
+            self.segments = vars(type(self)).get("_every_segment") or []
+            type(self)._every_segment = self.segments  # type: ignore[attr-defined]
         self._graph: torch.cuda.CUDAGraph | None = None
         self._step_error: BaseException | None = None
         self._entry: Any = None  # the ambient state the capture was entered under
@@ -191,8 +209,7 @@ class _Capture:
         called_under = ambient.read()
         self._close_segment()
         if self.hold == "weak":  # between segments: nothing of this lands in a graph
-            dense = "alias_drops_strides" in self.bugs
-            replay_args, replay_kwargs = _weak_refs((replay_args, replay_kwargs), dense)
+            replay_args, replay_kwargs = _weak_refs((replay_args, replay_kwargs), self.bugs)
         step = ("eager", functools.partial(fn, *replay_args, **replay_kwargs))
         changed = ambient.delta(called_under, self._entry)
         if changed is not None:  # the region's own with-blocks, applied again at replay
@@ -242,14 +259,16 @@ def _decorator(bugs: frozenset[str]) -> Callable[[Callable[..., Any]], Callable[
     return eager_break_during_capture
 
 
-def build(bug: str | None = None, hold: str = "weak") -> SimpleNamespace:
-    """A target with ``bug`` planted (``None``: the correct variant), holding its eager
-    steps' arguments ``"weak"`` (as vLLM) or ``"strong"``."""
-    if bug is not None and bug not in BUGS:
-        raise ValueError(f"unknown planted bug {bug!r}; choose one of {', '.join(BUGS)}")
+def build(bug: str | tuple[str, ...] | None = None, hold: str = "weak") -> SimpleNamespace:
+    """A target with ``bug`` planted (``None``: the correct variant; a tuple: each of those
+    bugs at once), holding its eager steps' arguments ``"weak"`` (as vLLM) or ``"strong"``."""
+    named = (bug,) if isinstance(bug, str) else tuple(bug or ())
+    for each in named:
+        if each not in BUGS:
+            raise ValueError(f"unknown planted bug {each!r}; choose one of {', '.join(BUGS)}")
     if hold not in ("weak", "strong"):
         raise ValueError(f"hold must be 'weak' or 'strong', not {hold!r}")
-    bugs = frozenset({bug} if bug else ())
+    bugs = frozenset(named)
     capture = type("BreakableCUDAGraphCapture", (_Capture,), {"bugs": bugs, "hold": hold})
     return SimpleNamespace(
         __name__=f"vllm_minimal[{bug or 'clean'}, {hold}]",

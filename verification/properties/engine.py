@@ -48,8 +48,14 @@ import torch.nn.functional as F
 from hypothesis import strategies as st
 
 from verification.causes import Problem, describe, within
-from verification.divergence import layout_cause
-from verification.execute import BreakEntry, collector_paused, handed_layout, tensor_layouts
+from verification.divergence import FOREIGN_CALLS, layout_cause
+from verification.execute import (
+    BreakEntry,
+    TensorLayout,
+    collector_paused,
+    handed_layout,
+    tensor_layouts,
+)
 from verification.findings import Finding
 from verification.properties.base import (
     CheckConfig,
@@ -230,6 +236,7 @@ class LayoutLedger:
         self.calls: dict[tuple[str, int], list[BreakEntry]] = {}
         self.now: tuple[str, int] | None = None
         self.last: tuple[str, int] | None = None  # the phase entered last, ended or not
+        self.dropped: set[tuple[TensorLayout, ...]] = set()
 
     def watch(self, fn: Any) -> Any:
         @functools.wraps(fn)
@@ -244,6 +251,8 @@ class LayoutLedger:
     @contextlib.contextmanager
     def during(self, phase: str, index: int) -> Iterator[None]:
         self.now = self.last = (phase, index)
+        if phase == "capture":  # a capture made again: what the dropped one was handed
+            self.dropped.update(layouts for _, layouts in self.calls.get(self.now, []))
         self.calls[self.now] = []
         try:
             yield
@@ -251,16 +260,35 @@ class LayoutLedger:
             self.now = None
 
     def moved(self, index: int, where: str) -> str | None:
-        """Why replay of capture ``index`` handed a break another layout, or None."""
-        moved = handed_layout(
-            self.calls.get(("replay", index), []), self.calls.get(("capture", index), [])
-        )
+        """Why replay of capture ``index`` called its breaks otherwise than the capture did
+        (with tensors only another capture handed them, or handed in another layout), or
+        None."""
+        got = self.calls.get(("replay", index), [])
+        given = self.calls.get(("capture", index), [])
+        mine = {layouts for _, layouts in given}
+        theirs = self.dropped | {
+            layouts
+            for (phase, other), calls in self.calls.items()
+            if phase == "capture" and other != index
+            for _, layouts in calls
+        }
+        foreign = [layouts for _, layouts in got if layouts not in mine and layouts in theirs]
+        if foreign:
+            return Problem(
+                f"{where}: the replay made {len(got)} break calls where its capture made "
+                f"{len(given)}, {len(foreign)} of them with the tensors only another (or a "
+                "dropped) capture handed its breaks: the target replays work recorded by other "
+                "capture objects",
+                FOREIGN_CALLS,
+            )
+        moved = handed_layout(got, given)
         if moved is None:
             return None
-        call, number, got, given, aspects = moved
+        call, number, got_layout, given_layout, aspects = moved
         return Problem(
             f"{where}: break call {call} of the forward got tensor argument {number} with "
-            f"another {' and '.join(aspects)} than the capture handed it ({got}, given {given})",
+            f"another {' and '.join(aspects)} than the capture handed it ({got_layout}, given "
+            f"{given_layout})",
             layout_cause(aspects),
         )
 

@@ -29,6 +29,7 @@ from verification import breadcrumbs
 from verification.causes import Cause, Problem, describe, within
 from verification.programs import Program, make_inputs
 from verification.properties.runs import ProgramRun
+from verification.usable import LEFT_ACTIVE, LEFT_CAPTURING
 
 # How long the checker waits for one event in a thread before calling it stuck.
 WAIT_S = 60.0
@@ -40,9 +41,9 @@ SHOWN_CAPTURE = Cause("thread-shown-capture")
 def left_active(target: Any, thread: str) -> str | None:
     """What a finished capture left in this thread (called ``thread`` in the words), or None."""
     if target.BreakableCUDAGraphCapture.current() is not None:
-        return f"a capture is still active in {thread}"
+        return Problem(f"a capture is still active in {thread}", LEFT_ACTIVE)
     if torch.cuda.is_current_stream_capturing():
-        return f"{thread}'s stream is still capturing"
+        return Problem(f"{thread}'s stream is still capturing", LEFT_CAPTURING)
     return None
 
 

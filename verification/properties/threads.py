@@ -177,7 +177,9 @@ def _capture_in_thread(
 def _accept_failure(mode: str | None, box: dict[str, Any]) -> str | None:
     """Why a failed capture is a bug, or None when ``global`` mode explains it."""
     error = box["error"]
-    if _global_mode_error(mode, error) and box["left"] is None:
+    if box["left"] is not None:  # what it left behind is the bug; the raise may be allowed
+        return within(f"the capture in thread A raised {describe(error)}; after it, ", box["left"])
+    if _global_mode_error(mode, error):
         return None
     return f"the capture in thread A raised {describe(error)}"
 
