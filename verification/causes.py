@@ -230,6 +230,7 @@ CAUSE_KINDS: dict[str, CauseKind] = {
         CauseKind("state-left", 4, "a replay left its caller's thread in other state than eager"),
         CauseKind("fault-cleanup", 4, "a fault inside the target left its state behind"),
         CauseKind("stream-capturing", 4, "a capture leaves a stream capturing"),
+        CauseKind("kept-alive", 4, "a dropped capture stays alive, its graphs and memory too"),
         CauseKind("thread-shown-capture", 4, "another thread is shown this thread's capture"),
         CauseKind(
             "capture-time-copy",
@@ -317,6 +318,9 @@ class Cause:
 
 # What a finding of a call that did not return blames (:class:`verification.bounds.Hang`).
 HUNG = Cause("hang")
+# What a capture the caller dropped but something still holds blames, whichever check saw
+# it (its own object, its graphs, its pool memory).
+KEPT_ALIVE = Cause("kept-alive")
 
 
 class Problem(str):

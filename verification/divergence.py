@@ -70,7 +70,10 @@ def describe(
 def _generic(label: str) -> str:
     """A type label without the program's own names and counts: what breaks is being a
     namedtuple, or a dict's keys or a call's keywords or its number of arguments changing,
-    whichever the program named or how many it passed."""
+    whichever the program named or how many it passed; and a tensor, whatever view bits or
+    attributes it had (those are :data:`TENSOR_REBUILT`'s to name)."""
+    if _tensor_label(label):
+        return "Tensor"
     label = re.sub(r"namedtuple \w+", "namedtuple", label)
     label = re.sub(r"\[[^\]]*\]", "", label)  # a dict's keys, a call's keyword names
     return re.sub(r" of \d+$", "", label).strip()

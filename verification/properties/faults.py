@@ -200,7 +200,8 @@ def _fault_cause(left: str, error: BaseException | None) -> Cause:
     if "capturing" in left and "stream" in left:
         return Cause("stream-capturing")
     frame = None if error is None else entry_frame(error)
-    through = "" if frame is None else f" [through {frame}]"
+    # The entry point, not its line: one missing cleanup shows at each raise inside it.
+    through = "" if frame is None else f" [through {frame.path}, in {frame.function}]"
     return Cause("fault-cleanup", f"{left}{through}")
 
 

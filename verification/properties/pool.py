@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 import torch
 from hypothesis import strategies as st
 
-from verification.causes import Problem, describe, within
+from verification.causes import KEPT_ALIVE, Problem, describe, within
 from verification.divergence import TENSOR_REBUILT, handed_cause, layout_cause
 from verification.execute import (
     OWNED,
@@ -254,10 +254,19 @@ def _shared_pool_problem(
             runs.clear()
             kept = sum(capture() is not None for capture in captures)
     if kept:
-        return (
-            f"{kept} of {len(captures)} dropped captures are still alive with no reference "
-            "left but a cycle of their own: with the cyclic collector frozen or off, as "
-            "engines keep it after capture, their graphs and pool memory are never freed"
+        gc.collect()
+        held = sum(capture() is not None for capture in captures)
+        why = (
+            "something outside them still holds them (a module, class or registry), even "
+            "after the cyclic collector ran"
+            if held
+            else "no reference is left but a cycle of their own: with the cyclic collector "
+            "frozen or off, as engines keep it after capture"
+        )
+        return Problem(
+            f"{kept} of {len(captures)} dropped captures are still alive: {why}; their graphs "
+            "and pool memory are never freed",
+            KEPT_ALIVE,
         )
     settle(config.kind)
     alive = watch.alive()

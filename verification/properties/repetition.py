@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from hypothesis import strategies as st
 
-from verification.causes import within
+from verification.causes import KEPT_ALIVE, Problem, within
 from verification.findings import Finding
 from verification.programs import Program
 from verification.properties.base import (
@@ -91,9 +91,14 @@ def repetition_problem(
             )
     graphs = _live_graphs() - base_graphs
     if graphs > 0:
-        return f"{graphs} CUDA graphs were left alive by {cycles - WARM_UP} cycles"
+        return Problem(
+            f"{graphs} CUDA graphs were left alive by {cycles - WARM_UP} cycles", KEPT_ALIVE
+        )
     if any(ref() is not None for ref in first_refs):
-        return "the first cycle's capture or its static inputs are still alive after reset"
+        return Problem(
+            "the first cycle's capture or its static inputs are still alive after reset",
+            KEPT_ALIVE,
+        )
     return None
 
 
