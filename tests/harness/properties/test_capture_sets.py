@@ -134,7 +134,7 @@ def test_the_engine_scenario_holds_on_a_target_whose_breaks_return_nothing(bcg_k
 @pytest.mark.parametrize(
     ("variant", "prop", "words"),
     [
-        ("replays_last_capture", "pool", "expected"),
+        ("replays_last_capture", "pool", "breaks that another capture recorded"),
         ("capture_restores_default_stream", "stream-order", "left the caller's current stream"),
         ("replay_eager_on_capture_stream", "stream-order", ("stream race", "stale")),
         ("alias_cached_per_address", "engine", "with another shape than the capture handed it"),
