@@ -82,6 +82,10 @@ KNOWN: dict[str, list[tuple[str, str, str]]] = {
         # S9: a break called inside the region's own with-block replays without it (V5).
         ("fuzz", "target-bug", "the target does not call it at replay under the state its region"),
         ("properties", "target-bug", "the target does not call it at replay under the state its"),
+        # S10: a break returning its argument at capture and a new tensor at replay has the new
+        # result copied over its argument (the refreshed return written where it aliased).
+        ("fuzz", "target-bug", "returned its argument itself at capture and a new tensor"),
+        ("properties", "target-bug", "returned its argument itself at capture and a new tensor"),
         # S8: a tensor's Python attributes are dropped by the weak-ref rebuild (S1's).
         ("fuzz", "target-bug", "with attributes [bcg_tag] given to a break reached it at"),
         ("properties", "target-bug", "with attributes [bcg_tag] given to a break reached it at"),

@@ -58,6 +58,10 @@ from verification.targets import Target
 FUZZ = "fuzz"
 # What a finding of state a replay leaves otherwise than eager blames.
 STATE_LEFT = Cause("state-left")
+# A break whose result aliased its argument at capture and not at replay, refreshed in place.
+SWITCHED_RESULT = Cause(
+    "values", "a break's result, its argument at capture and a new tensor at replay, written over"
+)
 Violation = Literal[
     "mismatch",
     "break-count",
@@ -507,6 +511,22 @@ class _Check:
             )  # fmt: skip
         finally:
             captured.log.recorder = None
+        switched = sorted(captured.alias_switched)
+        if switched and (parting is None or parting.cause.involves == "a graph segment"):
+            # No break call differs, yet an output does: where a break returned its argument
+            # at capture and a new tensor at replay, the target wrote that new result where
+            # the capture's result lay, which is the argument's memory.
+            step = switched[0]
+            return self.finding(
+                "mismatch",
+                f"break step {step} ({self.program.steps[step].op}) returned its argument "
+                "itself at capture and a new tensor at replay, and the replay wrote the new "
+                f"result into the memory the capture's result shared with that argument; "
+                f"then {what} differs: {problem}",
+                number,
+                index,
+                SWITCHED_RESULT,
+            )
         if parting is None:
             return self.finding("mismatch", f"{what}: {problem}", number, index)
         if parting.cause.involves == "a graph segment":
