@@ -5,6 +5,7 @@ Fuzzer command: python -m verification fuzz --target verification.targets.piecew
 Exits non-zero while the bug is present.
 """
 
+import faulthandler
 import functools
 
 import torch
@@ -32,9 +33,10 @@ def seen_now():
 
 def logged_break(step):
     """Logs one call per break step (nested calls excluded): its buffers, its tensors' Python
-    attributes and the state it runs under; then applies the target's decorator."""
+    attributes and the state it runs under; then applies the target's decorator, to the
+    function defined as ``way`` says (a method, a partial ...: ``bound_as``)."""
 
-    def decorate(fn):
+    def decorate(fn, way=""):
         @functools.wraps(fn)
         def logged(*args, **kwargs):
             if _depth[0] == 0:
@@ -49,6 +51,8 @@ def logged_break(step):
             finally:
                 _depth[0] -= 1
 
+        if way:
+            return bound_as(way, target.eager_break_during_capture, logged)
         return target.eager_break_during_capture(logged)
 
     return decorate
@@ -187,5 +191,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # A call that never returns: every thread's stack, and exit 1.
+    faulthandler.dump_traceback_later(240, exit=True)
     with simulated_cuda():
         main()

@@ -1,11 +1,11 @@
 """Reproducer for a break-arg-types finding (target-bug) in target verification.targets.sglang (sim).
 
-[target-bug] break-arg-types (replay 0): break step 5 (attention): the list given to a break is the runner's own, updated in place before every replay, and reached it at replay as a copy made at capture: what the runner updates between replays does not reach the break
+[target-bug] break-arg-types (replay 0): break step 0 (neg): Tensor with attributes [bcg_tag] given to a break reached it at replay as Tensor, not as Tensor with attributes [bcg_tag]
 Fuzzer command: python -m verification fuzz --target verification.targets.sglang --device sim --seed 0 --examples 5000 --max-ops 12 --max-breaks 4 --replays 3
 Exits non-zero while the bug is present.
 """
 
-import dataclasses
+import faulthandler
 import functools
 
 import torch
@@ -18,10 +18,9 @@ SEED = 0
 REPLAYS = 3
 RTOL = 0.0
 ATOL = 0.0
-BREAK_STEPS = [1, 2, 3, 5]
+BREAK_STEPS = [0]
 CAPTURES = 1
 ORDER = []
-HOST_SEQUENCES = 1
 
 CALLS = []
 _depth = [0]
@@ -34,9 +33,10 @@ def seen_now():
 
 def logged_break(step):
     """Logs one call per break step (nested calls excluded): its buffers, its tensors' Python
-    attributes and the state it runs under; then applies the target's decorator."""
+    attributes and the state it runs under; then applies the target's decorator, to the
+    function defined as ``way`` says (a method, a partial ...: ``bound_as``)."""
 
-    def decorate(fn):
+    def decorate(fn, way=""):
         @functools.wraps(fn)
         def logged(*args, **kwargs):
             if _depth[0] == 0:
@@ -51,113 +51,28 @@ def logged_break(step):
             finally:
                 _depth[0] -= 1
 
+        if way:
+            return bound_as(way, target.eager_break_during_capture, logged)
         return target.eager_break_during_capture(logged)
 
     return decorate
 
 
-NAMED = [None]
-
-
-def at(step, fn):
-    # fn, one break function shared by several steps, called for step.
-    def call(*args, **kwargs):
-        NAMED[0] = step
-        return fn(*args, **kwargs)
-
-    return call
-
-
-def step_of(steps):
-    named, NAMED[0] = NAMED[0], None
-    if named is None:
-        last = CALLS[-1][0] if CALLS else -1
-        named = next((s for s in steps if s > last), steps[0])
-    return named
-
-
-@dataclasses.dataclass
-class HostMeta:
-    """What the runner prepares on the host before every run (vLLM's attention metadata)."""
-
-    seq_lens: list
-    num_tokens: int
-    positions: torch.Tensor  # on the CPU
-    # Tensors the forward computes into the metadata inside the captured region (rotary
-    # cos/sin of the positions), by step: the runner keeps them, the graph rewrites them.
-    rotary: dict = dataclasses.field(default_factory=dict)
-
-
-def make_host(count, seed):
-    g = torch.Generator().manual_seed(seed)
-    lens = torch.randint(1, 9, (count,), generator=g).tolist()
-    return HostMeta(lens, sum(lens), torch.randint(0, 8, (count,), generator=g))
-
-
-def update_host(host, seed):
-    """Rewrites every field in place, as a runner does before a replay."""
-    new = make_host(len(host.seq_lens), seed)
-    host.seq_lens[:] = new.seq_lens
-    host.num_tokens = new.num_tokens
-    host.positions.copy_(new.positions)
+def tagged(t):
+    """A view of t carrying a Python attribute, as structured-output code tags its logits: a
+    fresh object per call, so that a value handed to several steps carries the attribute only
+    where a step tagged it."""
+    view = t.view(t.shape)
+    view.bcg_tag = 'tagged'
+    return view
 
 
 def define_breaks():
     """Defines each break step anew."""
-    global step_1, step_2, step_3, attention_0
-    # break op attention: one decorated function called at steps [5]
-    eager_break_during_capture = logged_break([5])
-    import dataclasses
-    import math
-
-    import torch
-
-    def host_total(host):
-        if isinstance(host, torch.Tensor):
-            return int(host.sum()) if host.device.type == "cpu" else 0
-        if isinstance(host, int):
-            return host
-        if isinstance(host, dict):
-            return sum(host_total(v) for v in host.values())
-        if isinstance(host, (list, tuple)):
-            return sum(host_total(v) for v in host)
-        if dataclasses.is_dataclass(host):
-            return sum(host_total(getattr(host, f.name)) for f in dataclasses.fields(host))
-        return 0
-
-    # As an engine's attention op: it writes into the tensor it is given and returns nothing.
-    @eager_break_during_capture
-    def attend_(x, host):
-        # Its scale depends on the host's sequence lengths.
-        x.mul_(1.0 / (1 + host_total(host) % 7))
-
-
-    @eager_break_during_capture
-    def block_(x, host):
-        attend_(x, host)  # a decorated op calling another
-        x.add_(host_total(host) % 3)
-
-
-    def attention(x, host, *, nested):
-        (block_ if nested else attend_)(x, host)
-        return x
-
-
-    attention_0 = attention
-
-    # step 1: neg, run as an eager break
-    @logged_break(1)
-    def step_1(a0):
-        return torch.neg(a0)
-
-    # step 2: neg, run as an eager break
-    @logged_break(2)
-    def step_2(a0):
-        return torch.neg(a0)
-
-    # step 3: neg, run as an eager break
-    @logged_break(3)
-    def step_3(a0):
+    global step_0
+    # step 0: neg, run as an eager break
+    @logged_break(0)
+    def step_0(a0):
         return torch.neg(a0)
 
 
@@ -168,20 +83,13 @@ def make_inputs(seed):
     g = torch.Generator().manual_seed(seed)
     return [
         torch.randn((), generator=g).to(torch.float32).to(DEVICE),
-        torch.randn((), generator=g).to(torch.float32).to(DEVICE),
     ]
 
 
-def program(v0, v1, host):
-    v2 = v0.bernoulli_(0.25)
-    v3 = step_1(v0)
-    v4 = step_2(v0)
-    v5 = step_3(v0)
-    v6 = v0.mul_(v1)
-    del v1
-    v7 = at(5, attention_0)(v0, host.seq_lens, nested=False)
+def program(v0):
+    v1 = step_0(tagged(v0))
     del v0
-    return [v2]
+    return [v1]
 
 
 def seed_rng(seed):
@@ -208,22 +116,21 @@ def same(actual, expected):
 def capture_once(pool):
     define_breaks()  # each capture's breaks keep state of their own
     static = [x.clone() for x in make_inputs(SEED)]
-    host = make_host(HOST_SEQUENCES, SEED)  # the runner's, rewritten before replays
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         seed_rng(SEED)
-        program(*static, host)  # eager warm-up
+        program(*static)  # eager warm-up
         capture = target.BreakableCUDAGraphCapture(**pool)
         seed_rng(SEED)
         CALLS.clear()
         with capture:
-            outputs = program(*static, host)
+            outputs = program(*static)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     captured = list(CALLS)
     assert [call[0] for call in captured] == BREAK_STEPS, f"capture called breaks {captured}"
-    return static, capture, outputs, captured, host
+    return static, capture, outputs, captured, None
 
 
 def replay_in_order(runs, order, first):
@@ -234,11 +141,10 @@ def replay_in_order(runs, order, first):
         fresh = make_inputs(seed)
         define_breaks()  # the reference shares no state with the captured run's breaks
         seed_rng(seed)
-        expected = program(*[x.clone() for x in fresh], make_host(HOST_SEQUENCES, seed))
+        expected = program(*[x.clone() for x in fresh])
         CALLS.clear()
         for buffer, value in zip(static, fresh):
             buffer.copy_(value)
-        update_host(host, seed)
         seed_rng(seed)
         capture.replay()
         torch.cuda.synchronize()
@@ -264,5 +170,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # A call that never returns: every thread's stack, and exit 1.
+    faulthandler.dump_traceback_later(240, exit=True)
     with simulated_cuda():
         main()

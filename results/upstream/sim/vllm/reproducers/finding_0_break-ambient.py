@@ -1,10 +1,11 @@
 """Reproducer for a break-ambient finding (target-bug) in target verification.targets.vllm (sim).
 
-[target-bug] break-ambient (replay 0): break step 1 (neg.out_plain) (called inside no_grad) ran at replay under grad mode True where eager had False: the target does not call it at replay under the state its region set around it
+[target-bug] break-ambient (replay 0): break step 2 (neg.out_plain) (called inside no_grad) ran at replay under grad mode True where eager had False: the target does not call it at replay under the state its region set around it
 Fuzzer command: python -m verification fuzz --target verification.targets.vllm --device sim --seed 0 --examples 5000 --max-ops 12 --max-breaks 4 --replays 3
 Exits non-zero while the bug is present.
 """
 
+import faulthandler
 import functools
 
 import torch
@@ -17,7 +18,7 @@ SEED = 0
 REPLAYS = 3
 RTOL = 0.0
 ATOL = 0.0
-BREAK_STEPS = [0, 1]
+BREAK_STEPS = [0, 1, 2]
 CAPTURES = 1
 ORDER = []
 
@@ -32,9 +33,10 @@ def seen_now():
 
 def logged_break(step):
     """Logs one call per break step (nested calls excluded): its buffers, its tensors' Python
-    attributes and the state it runs under; then applies the target's decorator."""
+    attributes and the state it runs under; then applies the target's decorator, to the
+    function defined as ``way`` says (a method, a partial ...: ``bound_as``)."""
 
-    def decorate(fn):
+    def decorate(fn, way=""):
         @functools.wraps(fn)
         def logged(*args, **kwargs):
             if _depth[0] == 0:
@@ -49,6 +51,8 @@ def logged_break(step):
             finally:
                 _depth[0] -= 1
 
+        if way:
+            return bound_as(way, target.eager_break_during_capture, logged)
         return target.eager_break_during_capture(logged)
 
     return decorate
@@ -92,7 +96,7 @@ seen_now = ambient_seen
 
 def define_breaks():
     """Defines each break step anew."""
-    global step_0, step_1
+    global step_0, step_1, step_2
     # step 0: break op neg.out_plain
     eager_break_during_capture = logged_break(0)
     import dataclasses
@@ -143,6 +147,31 @@ def define_breaks():
 
     step_1 = neg_out_plain
 
+    # step 2: break op neg.out_plain
+    eager_break_during_capture = logged_break(2)
+    import dataclasses
+    import math
+
+    import torch
+
+    def neg_out_plain_compute(a0):
+        return torch.neg(a0)
+
+
+    @eager_break_during_capture
+    def neg_out_plain_write(a0, out):
+        args = (a0,)
+        result = neg_out_plain_compute(*args, **{})
+        out.copy_(result)
+
+
+    def neg_out_plain(a0, out):
+        neg_out_plain_write(a0, out)
+        return out
+
+
+    step_2 = neg_out_plain
+
 
 define_breaks()
 
@@ -153,16 +182,19 @@ def make_inputs(seed):
         torch.randn((), generator=g).to(torch.float32).to(DEVICE),
         torch.randn((), generator=g).to(torch.float32).to(DEVICE),
         torch.randn((), generator=g).to(torch.float32).to(DEVICE),
+        torch.randn((), generator=g).to(torch.float32).to(DEVICE),
     ]
 
 
-def program(v0, v1, v2):
-    v3 = step_0(v0, v1)
+def program(v0, v1, v2, v3):
+    v4 = step_0(v0, v1)
     del v1
+    v5 = step_1(v0, v2)
+    del v2
     with torch.no_grad():  # the region's own block
-        v4 = step_1(v0, v2)
-    del v0, v2
-    return [v3]
+        v6 = step_2(v0, v3)
+    del v0, v3
+    return [v4]
 
 
 def seed_rng(seed):
@@ -243,5 +275,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # A call that never returns: every thread's stack, and exit 1.
+    faulthandler.dump_traceback_later(240, exit=True)
     with simulated_cuda():
         main()

@@ -1,15 +1,16 @@
-"""Reproducer for a invalid-program finding (harness-error) in target verification.targets.piecewise_cuda_graphs (sim).
+"""Reproducer for a break-ambient finding (target-bug) in target verification.targets.sglang (sim).
 
-[harness-error] invalid-program: eager reference failed: RuntimeError: expected dtype c10::Half for `end` but got dtype float
-Fuzzer command: python -m verification fuzz --target verification.targets.piecewise_cuda_graphs --device sim --seed 0 --examples 5000 --max-ops 12 --max-breaks 4 --replays 3
+[target-bug] break-ambient (replay 0): break step 3 (neg) (called inside autocast_cpu) ran at replay under autocast cpu 'off' where eager had 'torch.bfloat16': the target does not call it at replay under the state its region set around it
+Fuzzer command: python -m verification fuzz --target verification.targets.sglang --device sim --seed 0 --examples 5000 --max-ops 12 --max-breaks 4 --replays 3
 Exits non-zero while the bug is present.
 """
 
+import faulthandler
 import functools
 
 import torch
 
-import verification.targets.piecewise_cuda_graphs as target
+import verification.targets.sglang as target
 from verification.sim import simulated_cuda
 
 DEVICE = "cpu"
@@ -17,7 +18,7 @@ SEED = 0
 REPLAYS = 3
 RTOL = 0.0
 ATOL = 0.0
-BREAK_STEPS = [2]
+BREAK_STEPS = [0, 1, 2, 3]
 CAPTURES = 1
 ORDER = []
 
@@ -32,9 +33,10 @@ def seen_now():
 
 def logged_break(step):
     """Logs one call per break step (nested calls excluded): its buffers, its tensors' Python
-    attributes and the state it runs under; then applies the target's decorator."""
+    attributes and the state it runs under; then applies the target's decorator, to the
+    function defined as ``way`` says (a method, a partial ...: ``bound_as``)."""
 
-    def decorate(fn):
+    def decorate(fn, way=""):
         @functools.wraps(fn)
         def logged(*args, **kwargs):
             if _depth[0] == 0:
@@ -49,38 +51,71 @@ def logged_break(step):
             finally:
                 _depth[0] -= 1
 
+        if way:
+            return bound_as(way, target.eager_break_during_capture, logged)
         return target.eager_break_during_capture(logged)
 
     return decorate
 
 
+import contextlib
+
+
+@contextlib.contextmanager
+def default_dtype(dtype):
+    """torch.set_default_dtype for the length of a block."""
+    was = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(was)
+
+
+def ambient_seen():
+    """What a break can read of the state it is called under."""
+
+    def autocast(device):
+        on = torch.is_autocast_enabled(device)
+        return str(torch.get_autocast_dtype(device)) if on else "off"
+
+    modes = torch.overrides._get_current_function_mode_stack()
+    return (
+        ("grad mode", torch.is_grad_enabled()),
+        ("inference mode", torch.is_inference_mode_enabled()),
+        ("autocast cuda", autocast("cuda")),
+        ("autocast cpu", autocast("cpu")),
+        ("default dtype", str(torch.get_default_dtype())),
+        ("flash attention", torch.backends.cuda.flash_sdp_enabled()),
+        ("function modes", tuple(type(m).__name__ for m in modes)),
+    )
+
+
+seen_now = ambient_seen
+
+
 def define_breaks():
     """Defines each break step anew."""
-    global step_2
-    # step 2: break op lerp.out_plain
-    eager_break_during_capture = logged_break(2)
-    import dataclasses
-    import math
+    global step_0, step_1, step_2, step_3
+    # step 0: neg, run as an eager break
+    @logged_break(0)
+    def step_0(a0):
+        return torch.neg(a0)
 
-    import torch
+    # step 1: neg, run as an eager break
+    @logged_break(1)
+    def step_1(a0):
+        return torch.neg(a0)
 
-    def lerp_out_plain_compute(a0, a1, *, weight):
-        return torch.lerp(a0, a1, weight)
+    # step 2: neg, run as an eager break
+    @logged_break(2)
+    def step_2(a0):
+        return torch.neg(a0)
 
-
-    @eager_break_during_capture
-    def lerp_out_plain_write(a0, a1, out, *, weight):
-        args = (a0, a1,)
-        result = lerp_out_plain_compute(*args, **{"weight": weight})
-        out.copy_(result)
-
-
-    def lerp_out_plain(a0, a1, out, *, weight):
-        lerp_out_plain_write(a0, a1, out, weight=weight)
-        return out
-
-
-    step_2 = lerp_out_plain
+    # step 3: neg, run as an eager break
+    @logged_break(3)
+    def step_3(a0):
+        return torch.neg(a0)
 
 
 define_breaks()
@@ -90,21 +125,17 @@ def make_inputs(seed):
     g = torch.Generator().manual_seed(seed)
     return [
         torch.randn((), generator=g).to(torch.float32).to(DEVICE),
-        torch.randint(0, 2, (1,), generator=g).to(torch.bool).to(DEVICE),
-        torch.randn((), generator=g).to(torch.float16).to(DEVICE),
-        torch.randn((), generator=g).to(torch.float32).to(DEVICE),
-        torch.randn((1,), generator=g).to(torch.float16).to(DEVICE),
     ]
 
 
-def program(v0, v1, v2, v3, v4):
-    v5 = torch.any(v0, dim=0, keepdim=False)
+def program(v0):
+    v1 = step_0(v0)
+    v2 = step_1(v0)
+    v3 = step_2(v0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # the region's own block
+        v4 = step_3(v0)
     del v0
-    v6 = torch.where(v1, v2, v3)
-    del v1, v3
-    v7 = step_2(v2, v6, v4, weight=0.0)
-    del v2, v4, v6
-    return [v5]
+    return [v1]
 
 
 def seed_rng(seed):
@@ -185,5 +216,7 @@ def main():
 
 
 if __name__ == "__main__":
+    # A call that never returns: every thread's stack, and exit 1.
+    faulthandler.dump_traceback_later(240, exit=True)
     with simulated_cuda():
         main()
