@@ -637,7 +637,13 @@ def example(program: Program, scenario: dict[str, Any], config: CheckConfig) -> 
 # Fixed scenarios on the witness program: the calls a capture makes once, which a drawn
 # program and point reach rarely, and the commonest fault of all, an exception of the model's
 # own code inside the ``with`` block mid-segment.
-FIXED_POINTS = ("capture-begin", "pool-handle", "capture-end-at-exit", "captured-region")
+FIXED_POINTS = (
+    "capture-begin",
+    "pool-handle",
+    "capture-end-at-exit",
+    "captured-region",
+    "eager-at-replay",
+)
 
 
 def check(config: CheckConfig) -> CheckResult:

@@ -55,3 +55,19 @@ def test_a_pool_lost_to_an_illegal_call_is_a_torch_limit_not_a_target_bug(bcg_ki
     limits: set[str] = set()
     assert _fault_problem(WITNESS, "illegal-call", 0, "synchronize", config, limits) is None
     assert len(limits) == 1 and "already recording to mempool_id" in limits.pop()
+
+
+def test_a_break_error_a_replay_swallows_is_found_at_the_fixed_replay_fault(bcg_kind, bcg_device):
+    from verification.planted import vllm_minimal
+    from verification.properties.base import CheckConfig
+    from verification.properties.faults import _fault_problem
+    from verification.properties.pool import WITNESS
+    from verification.targets import load_target
+
+    def fault_at_replay(target):
+        config = CheckConfig(load_target(target), bcg_kind, bcg_device, 1)
+        return _fault_problem(WITNESS, "eager-at-replay", 0, "synchronize", config, set())
+
+    swallowed = fault_at_replay(vllm_minimal.build("replay_swallows_break_errors"))
+    assert swallowed is not None and "eager-at-replay #0 was swallowed" in swallowed
+    assert fault_at_replay(vllm_minimal.build(None)) is None
