@@ -84,10 +84,11 @@ def repetition_problem(
     now = {"reserved": reserved(), "allocated": torch.cuda.memory_allocated()}
     for kind, before in base.items():
         grown = now[kind] - before
-        if grown > 0:
-            return (
+        if grown > 0:  # what each cycle made outlives its reset: a leak, as a capture kept alive
+            return Problem(
                 f"{kind} memory grew by {grown} bytes over {cycles - WARM_UP} cycles of "
-                f"capture, replay and reset ({grown / (cycles - WARM_UP):.0f} bytes per cycle)"
+                f"capture, replay and reset ({grown / (cycles - WARM_UP):.0f} bytes per cycle)",
+                KEPT_ALIVE,
             )
     graphs = _live_graphs() - base_graphs
     if graphs > 0:
