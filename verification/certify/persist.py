@@ -52,9 +52,10 @@ def _keys(cause: RootCause) -> set[tuple[str, ...]]:
 def avoided_joins(
     findings: Sequence[Finding], config: CampaignConfig
 ) -> list[tuple[Finding, Finding]]:
-    """``(finding, the finding shown for the cause it joins)`` for each drawn finding of a
-    check other than the fuzzer's whose example, checked alone, fails as another cause's
-    findings do."""
+    """``(a finding, the finding shown for the cause it joins)``, one per cause that does not
+    persist: a drawn finding of a check other than the fuzzer's whose example, checked
+    alone, fails as another cause's findings do; else the cause's first example, which
+    replays clean once another cause's construct is taken out of it (:func:`_avoiding`)."""
     causes = root_causes(findings)
     if len(causes) < 2:
         return []
@@ -93,7 +94,8 @@ def _avoiding(
     if example is None or example.program is None:
         return None
     for other in causes:
-        avoid = AVOIDING.get(other.finding.cause)
+        group = (other.finding, *other.others)
+        avoid = next((AVOIDING[f.cause] for f in group if f.cause in AVOIDING), None)
         if other is cause or avoid is None:
             continue
         rewritten = avoid(example.program)
