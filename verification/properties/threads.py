@@ -5,8 +5,9 @@ the current capture (must be none), call a decorated op on tensors they allocate
 own streams (it must run eagerly, at once) and are never recorded into A's capture; A's
 replay equals eager. N threads capturing drawn programs at once, each on its own stream, each
 replay correctly; they cross the drawn step one at a time, each while the others are held
-inside their captures, so a crossing that disturbs another thread's capture does so on every run. A fixed scenario has another thread call ``add_eager`` on A's open capture:
-it must be refused or run there at once, never recorded into A. Both run under every
+inside their captures, so a crossing that disturbs another thread's capture does so on every
+run. A fixed scenario has another thread call ``add_eager`` on A's open capture: it must be
+refused or run there at once, never recorded into A. Both run under every
 ``capture_error_mode`` the target accepts; in
 ``global`` mode CUDA lets other threads' allocations invalidate A's capture (measured on the
 H200), so there A may fail, but only with a capture error that leaves nothing active. A target
@@ -349,7 +350,10 @@ def _concurrent_captures(
             return
         gate.release()
         try:
-            turns.arrive(k) if index == step else turns.cross(k)
+            if index == step:
+                turns.arrive(k)
+            else:
+                turns.cross(k)
         finally:
             gate.acquire()
 
