@@ -22,7 +22,7 @@ from typing import Literal
 import torch
 
 from verification import bounds
-from verification.causes import HUNG, Cause, describe, raised_cause
+from verification.causes import HUNG, Cause, Problem, describe, raised_cause
 from verification.divergence import (
     AMBIENT,
     FOREIGN_CALLS,
@@ -153,7 +153,7 @@ def check_breaks(
     log: Sequence[BreakEntry], break_steps: Sequence[int]
 ) -> tuple[str, str, int | None] | None:
     """``(kind, message, step)`` when a replay's break calls differ from the program's breaks
-    in count or order (:func:`_layout_changed` compares what each was handed)."""
+    in count or order (:func:`layout_changed` compares what each was handed)."""
     steps = [step for step, _ in log]
     if sorted(steps) != sorted(break_steps):
         counts = {s: steps.count(s) for s in break_steps}
@@ -179,15 +179,15 @@ def _types_changed(captured: CapturedProgram, program: Program) -> tuple[str, Ca
     return handed_otherwise_message(changed, program), handed_cause(changed[2], changed[1], OWNED)
 
 
-def _layout_changed(
-    log: Sequence[BreakEntry], captured: CapturedProgram, program: Program
-) -> tuple[str, int, Cause] | None:
-    """A tensor a replay handed a break in another layout than the capture did: the words, the
-    step and the cause."""
-    moved = handed_layout(log, captured.capture_log)
+def layout_changed(
+    log: Sequence[BreakEntry], capture_log: Sequence[BreakEntry], program: Program
+) -> tuple[Problem, int] | None:
+    """A tensor a replay (its break log ``log``) handed a break in another layout than the
+    capture did: the problem, with its cause, and the break's step."""
+    moved = handed_layout(log, capture_log)
     if moved is None:
         return None
-    return handed_layout_message(moved, program), moved[0], layout_cause(moved[4])
+    return Problem(handed_layout_message(moved, program), layout_cause(moved[4])), moved[0]
 
 
 def _ambient_changed(captured: CapturedProgram, program: Program) -> tuple[str, Cause] | None:
@@ -477,11 +477,12 @@ class _Check:
         """A break a replay handed other types or layouts than the capture did: a tensor in
         another layout names that rather than the view bits or type its copy lost."""
         changed = _types_changed(captured, self.program)
-        moved = _layout_changed(log, captured, self.program)
+        moved = layout_changed(log, captured.capture_log, self.program)
         if changed is not None and (moved is None or changed[1] != TENSOR_REBUILT):
             return self.finding("break-arg-types", changed[0], number, cause=changed[1])
         if moved is not None:
-            return self.finding("break-args", moved[0], number, moved[1], moved[2])
+            problem, step = moved
+            return self.finding("break-args", str(problem), number, step, problem.cause)
         return None
 
     def mismatch(

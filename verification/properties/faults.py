@@ -55,6 +55,7 @@ from verification.properties.base import (
 from verification.properties.pool import WITNESS
 from verification.properties.runs import ProgramRun
 from verification.targets.contracts import COLLECTOR, collector_frozen
+from verification.usable import LEFT_CAPTURING
 
 NAME = "faults"
 POOL_LEFT_RECORDING = "already recording to mempool_id"
@@ -198,7 +199,7 @@ def _fault_cause(left: str, error: BaseException | None) -> Cause:
     missing on the way out of the target's entry point ``error`` came through (the point of
     the fault, and how the check reached it, say only where it was found)."""
     if "capturing" in left and "stream" in left:
-        return Cause("stream-capturing")
+        return LEFT_CAPTURING
     frame = None if error is None else entry_frame(error)
     # The entry point, not its line: one missing cleanup shows at each raise inside it.
     through = "" if frame is None else f" [through {frame.path}, in {frame.function}]"

@@ -32,7 +32,6 @@ from verification.divergence import (
     Recorder,
     calls_cause,
     handed_cause,
-    layout_cause,
 )
 from verification.execute import (
     OWNED,
@@ -42,8 +41,6 @@ from verification.execute import (
     called_otherwise_message,
     collector_paused,
     foreign_message,
-    handed_layout,
-    handed_layout_message,
     handed_otherwise,
     handed_otherwise_message,
     replaying,
@@ -54,7 +51,7 @@ from verification.execute import (
 )
 from verification.ops.ambient import ambient_seen
 from verification.ops.spec import OpSpec
-from verification.oracle import compare, parting_of, program_tolerance
+from verification.oracle import compare, layout_changed, parting_of, program_tolerance
 from verification.programs import Program, make_inputs, op_table
 from verification.targets import Target
 from verification.targets.contracts import SIDE_STREAM
@@ -329,10 +326,8 @@ class ProgramRun:
         return handed
 
     def _handed_layout(self, entries: list[BreakEntry]) -> str | None:
-        moved = handed_layout(entries, self.capture_log)
-        if moved is None:
-            return None
-        return Problem(handed_layout_message(moved, self.program), layout_cause(moved[4]))
+        moved = layout_changed(entries, self.capture_log, self.program)
+        return None if moved is None else moved[0]
 
     def _handed_otherwise(self) -> str | None:
         changed = handed_otherwise(self.log.take_structures(), self.capture_structures)
