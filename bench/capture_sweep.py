@@ -1,4 +1,4 @@
-"""An engine's batch-size sweep: start-up, graph memory and replay of three ways to capture it.
+"""An engine's batch-size sweep: start-up, graph memory and replay of four ways to capture it.
 
 The model is a Llama-shaped decode step (RMSNorm, fused QKV, attention over a KV cache, SwiGLU;
 8 layers of hidden 1024 in bf16 by default). Every size of the sweep (1, 2, 4, then every 8 up
@@ -8,6 +8,9 @@ them) in every column:
 
 * ``capture_set``: ``breakable_cudagraph.CaptureSet``; attention is an eager break that reads
   the batch's longest sequence on the host and attends over that many cache positions.
+* ``per_capture``: the loop vLLM's runner writes: one ``BreakableCUDAGraphCapture(pool=pool,
+  stream=stream)`` per size, largest first, attention an ``eager_break_during_capture``
+  break, the collector left as the library handles it per capture.
 * ``minimal``: ``bench.minimal.MinimalCapture`` doing the same sweep with the same break
   (the collector paused once for the sweep, as the capture set does).
 * ``full_graph``: one CUDA graph per size with attention inside it, over the whole cache and
@@ -59,7 +62,7 @@ import torch.nn.functional as F  # noqa: E402
 from verification.devices import device_context, resolve_kind  # noqa: E402
 from verification.errors import UsageError  # noqa: E402
 
-COLUMNS = ("capture_set", "minimal", "full_graph")
+COLUMNS = ("capture_set", "per_capture", "minimal", "full_graph")
 SIZES = (1, 2, 4, *range(8, 513, 8))
 REPLAY_BATCHES = (1, 8, 64)
 MIB = 2**20
@@ -229,6 +232,20 @@ def sweep_capture_set(model: DecodeStep, stream: torch.cuda.Stream) -> Callable:
     )
 
 
+def sweep_per_capture(model: DecodeStep, stream: torch.cuda.Stream) -> Callable:
+    import breakable_cudagraph as bcg
+
+    sweep = _SliceSweep(model, model.shape.sizes)
+    pool = torch.cuda.graph_pool_handle()
+    attention = bcg.eager_break_during_capture(reading(model.host))
+    for size in sorted(model.shape.sizes, reverse=True):
+        with bcg.BreakableCUDAGraphCapture(pool=pool, stream=stream) as capture:
+            out = model.forward(sweep.h[:size], sweep.positions[:size], attention)
+        sweep.replays[size], sweep.outputs[size] = capture.replay, _weak(out)
+        sweep.graphs += capture.num_graphs
+    return sweep
+
+
 def sweep_minimal(model: DecodeStep, stream: torch.cuda.Stream) -> Callable:
     from bench.minimal import MinimalCapture
 
@@ -279,6 +296,7 @@ def sweep_full_graph(model: DecodeStep, stream: torch.cuda.Stream) -> Callable:
 
 SWEEPS = {
     "capture_set": sweep_capture_set,
+    "per_capture": sweep_per_capture,
     "minimal": sweep_minimal,
     "full_graph": sweep_full_graph,
 }

@@ -227,6 +227,10 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
     overlap)
       step instantiate_overlap_thread_local 150 python3 -m bench.probes.instantiate_overlap --rounds 4 --out "$out/overlap"
       step instantiate_overlap_global 120 python3 -m bench.probes.instantiate_overlap --mode global --rounds 3 --out "$out/overlap" ;;
+    profile)
+      # Where the per-capture loop (vLLM's runner) spends its sweep against the minimal one and
+      # the capture set: each under cProfile, allocator snapshots counted and timed.
+      step capture_profile 300 python3 -m bench.probes.capture_breakdown --rounds 2 --profile --variants per_capture,minimal,capture_set --out "$out/profile" ;;
     breakdown) step capture_breakdown 420 python3 -m bench.probes.capture_breakdown --rounds 3 --variants capture_set,own_storage,minimal --out "$out/breakdown" ;;
     bisect)
       # Each planted model of tests/harness/bisect by the command a user runs, then the tests.

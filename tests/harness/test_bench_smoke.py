@@ -186,7 +186,7 @@ def test_capture_sweep_runs_every_column_in_both_orders_on_the_simulator(tmp_pat
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((tmp_path / "capture_sweep.json").read_text())
     (runs,) = result["layers"].values()
-    assert set(runs["columns"]) == {"capture_set", "minimal", "full_graph"}
+    assert set(runs["columns"]) == {"capture_set", "per_capture", "minimal", "full_graph"}
     for rows in runs["columns"].values():
         assert len(rows) == 2 and all(row["correct"] for row in rows), rows
         assert all(
