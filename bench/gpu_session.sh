@@ -211,6 +211,7 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       # named at the break where replay parts from eager (run the upstream phase beside it:
       # its certificates should list the simulator's causes, a nested-check SIGABRT merged).
       step causes_tests 120 python3 -m pytest -q -p no:cacheprovider -n 0 --bcg-device=cuda -rfE tests/harness/test_root_causes.py tests/harness/test_divergence.py tests/harness/test_oracle.py ;;
+    sweep8) step capture_sweep_8 300 python3 -m bench.capture_sweep --layers 8 --out "$out/capture_sweep_8" ;;
     sweep) step capture_sweep 400 python3 -m bench.capture_sweep --layers 8 32 --out "$out/capture_sweep" ;;
     memory)
       step memory_accounting 200 env OUT="$out" python3 -m bench.probes.memory_accounting

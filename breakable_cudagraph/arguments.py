@@ -16,6 +16,7 @@ alias is a view of one non-owning tensor over its whole storage, made once per s
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -29,14 +30,75 @@ from .trees import map_leaves, map_tensors, tensor_leaves
 _construct_storage = getattr(torch._C, "_construct_storage_from_data_pointer", None)
 
 
+class _PoolAnswers:
+    """What is known of one memory pool: the address ranges of its segments (from
+    ``torch.cuda.memory_snapshot()``, refreshed on a miss: a pool only grows while it is in
+    use), the addresses found outside it, and the aliases made over its storages.
+
+    Every capture into the pool that holds a graph there shares one (:func:`_shared_answers`):
+    a held graph keeps the pool's segments where they are, so an answer stays true while any
+    sharer lives. An address outside the pool may later lie in a segment the pool gets after
+    that memory was released; it is then held strongly, which is safe and costs only memory.
+    """
+
+    __slots__ = ("__weakref__", "aliases", "outside", "pool", "ranges", "storages")
+
+    def __init__(self, pool: tuple[Any, ...]) -> None:
+        self.pool = pool
+        self.ranges: list[tuple[int, int]] = []
+        self.outside: set[int] = set()
+        # alias key (see _alias_key) -> the alias made for it; only pool memory has one.
+        self.aliases: dict[tuple[Any, ...], torch.Tensor] = {}
+        # (address, size, device, dtype) of a pool storage -> a non-owning tensor over all of it
+        self.storages: dict[tuple[Any, ...], torch.Tensor] = {}
+
+    def refresh(self) -> None:
+        self.ranges = [
+            (segment["address"], segment["address"] + segment["total_size"])
+            # The whole snapshot, not torch's ``mempool_id=`` form: asked for the pool alone
+            # during a capture, torch 2.11 crashed the process on the H200 (segfaults in two
+            # suite workers).
+            for segment in torch.cuda.memory_snapshot()
+            if tuple(segment.get("segment_pool_id") or ()) == self.pool
+        ]
+
+    def cached(self, address: int) -> bool:
+        for start, end in self.ranges:
+            if start <= address < end:
+                return True
+        return False
+
+
+# One record per pool for the captures that hold graphs there (see PoolMemory.attach); an
+# entry goes when its last sharer lets it go.
+_SHARED: weakref.WeakValueDictionary[tuple[Any, ...], _PoolAnswers] = (
+    weakref.WeakValueDictionary()
+)
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_answers(pool: tuple[Any, ...]) -> _PoolAnswers:
+    with _SHARED_LOCK:
+        answers = _SHARED.get(pool)
+        if answers is None:
+            answers = _SHARED[pool] = _PoolAnswers(pool)
+        return answers
+
+
 class PoolMemory:
     """Answers whether an address lies in the segments the allocator gave to one memory pool.
 
     Ranges come from ``torch.cuda.memory_snapshot()``; they are cached and refreshed once on a
-    miss, which is enough because a pool only grows while its capture runs. Addresses found
+    miss, which is enough because a pool only grows while it is in use. Addresses found
     outside the pool are remembered too: their tensors are then held strongly for the
     capture's life, so that memory cannot be freed and handed to the pool meanwhile, and a
     break on weights or caches does not pay a snapshot every time.
+
+    What is known of the pool (ranges, addresses outside it, aliases) is the capture's own
+    until ``attach()``, called once its capture holds a graph in the pool; from then until
+    ``detach()`` (the capture reset or failed) it is shared with every other capture into the
+    same pool, so that each capture of an engine's per-size loop (one capture per batch size,
+    one pool) finds the weights, caches and pool segments the earlier sizes looked up.
 
     ``held`` maps ``id(tensor)`` to ``(tensor, tensor.data_ptr())`` for each plain tensor
     argument found outside the pool and so held by strong reference: a later break given the
@@ -45,27 +107,38 @@ class PoolMemory:
     meanwhile, and holding it again changes no lifetime; a tensor whose storage was swapped
     since has moved and is looked up afresh. ``aliases`` maps each alias key (:func:`_alias_key`)
     to the alias made for it, for pool memory only: a key found there needs no look-up. A
-    capture empties both when it closes (``capture_closed``), unless the record serves a whole
-    ``sweep``: then every capture of the sweep keeps what it held until the sweep's owner calls
-    ``forget_held``, so the breaks of each later size find the weights and caches the first
-    size already held.
+    capture empties ``held`` when it closes (``capture_closed``), unless the record serves a
+    whole ``sweep``: then every capture of the sweep keeps what it held until the sweep's owner
+    calls ``forget_held``, so the breaks of each later size find the weights and caches the
+    first size already held without a look-up.
     """
 
     def __init__(self, pool: Any, *, sweep: bool = False) -> None:
         self._pool = tuple(pool)
         self._sweep = sweep
-        self._ranges: list[tuple[int, int]] = []
-        self._outside: set[int] = set()
+        self._answers = _PoolAnswers(self._pool)
         self.held: dict[int, tuple[torch.Tensor, int]] = {}
-        # alias key (see _alias_key) -> the alias made for it; only pool memory has one.
-        self.aliases: dict[tuple[Any, ...], torch.Tensor] = {}
-        # (address, size, device, dtype) of a pool storage -> a non-owning tensor over all of it
-        self._storages: dict[tuple[Any, ...], torch.Tensor] = {}
+        self.aliases = self._answers.aliases
+
+    def attach(self) -> None:
+        """Share what is known of the pool with the other captures holding graphs in it; call
+        once this record's capture holds one (which keeps the pool's segments in place)."""
+        answers = _shared_answers(self._pool)
+        if answers is not self._answers:
+            mine, self._answers = self._answers, answers
+            answers.aliases.update(mine.aliases)
+            answers.storages.update(mine.storages)
+            self.aliases = answers.aliases
+
+    def detach(self) -> None:
+        """This record's capture holds no graph any more: forget what it held and stop
+        sharing (the pool may be released, and its answers with it)."""
+        self.forget_held()
+        self._answers = _PoolAnswers(self._pool)
+        self.aliases = self._answers.aliases
 
     def forget_held(self) -> None:
         self.held = {}
-        self.aliases = {}
-        self._storages = {}
 
     def capture_closed(self) -> None:
         """A capture using this record closed: what it held is forgotten, unless a sweep
@@ -87,9 +160,10 @@ class PoolMemory:
         alias = None if attributes else self.aliases.get(key)
         if alias is None:
             storage, (offset, shape, strides) = key[:4], key[4:]
-            whole = self._storages.get(storage)
+            storages = self._answers.storages
+            whole = storages.get(storage)
             if whole is None:
-                whole = self._storages[storage] = whole_storage_alias(tensor)
+                whole = storages[storage] = whole_storage_alias(tensor)
             alias = whole.as_strided(shape, strides, offset)
             if attributes:
                 alias.__dict__.update(hold_for_replay(dict(attributes), self))
@@ -97,32 +171,17 @@ class PoolMemory:
                 self.aliases[key] = alias
         return alias
 
-    def _refresh(self) -> None:
-        self._ranges = [
-            (segment["address"], segment["address"] + segment["total_size"])
-            # The whole snapshot, not torch's ``mempool_id=`` form: asked for the pool alone
-            # during a capture, torch 2.11 crashed the process on the H200 (segfaults in two
-            # suite workers).
-            for segment in torch.cuda.memory_snapshot()
-            if tuple(segment.get("segment_pool_id") or ()) == self._pool
-        ]
-
-    def _cached(self, address: int) -> bool:
-        for start, end in self._ranges:
-            if start <= address < end:
-                return True
-        return False
-
     def addresses_in_pool(self, addresses: Iterable[int]) -> set[int]:
         """The subset of ``addresses`` that lie in the pool (one snapshot at most per call)."""
+        answers = self._answers
         wanted = set(addresses)
-        if self._outside:
-            wanted -= self._outside
-        found = {address for address in wanted if self._cached(address)}
+        if answers.outside:
+            wanted -= answers.outside
+        found = {address for address in wanted if answers.cached(address)}
         if len(found) != len(wanted):
-            self._refresh()
-            found = {address for address in wanted if self._cached(address)}
-            self._outside |= wanted - found
+            answers.refresh()
+            found = {address for address in wanted if answers.cached(address)}
+            answers.outside |= wanted - found
         return found
 
 

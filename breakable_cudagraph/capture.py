@@ -350,6 +350,9 @@ class BreakableCUDAGraphCapture:
             except BaseException as exc:
                 self._abort(exc)
                 raise
+            # The open graph now keeps the pool's segments in place: what other captures of
+            # the pool know of it holds for this one too.
+            self._pool_memory.attach()
         return self
 
     def __exit__(
@@ -600,6 +603,7 @@ class BreakableCUDAGraphCapture:
         self._replay_plan.clear()
         self._empty_graphs.clear()
         self._eager_step_error = None
+        self._pool_memory.detach()  # no graph of this capture keeps the pool in place now
 
     def _abort(self, exc: BaseException) -> None:
         """Leave no stream capturing and restore the caller's state; ``exc`` then propagates."""
@@ -619,7 +623,7 @@ class BreakableCUDAGraphCapture:
         finally:
             self._empty_graphs.clear()
             self._segments.clear()
-            self._pool_memory.forget_held()
+            self._pool_memory.detach()
             self._resume_collector()
             thread_state.set_active_capture(None)
             _release_overlap(self)

@@ -123,7 +123,7 @@ def test_one_alias_stands_for_every_pool_tensor_of_one_description(bcg_device: s
     assert held is a  # the tree walk shares them too
     (other,), _, _ = hold_call_arguments((bits,), {}, pool)  # same place and shape, other dtype
     assert other.dtype == torch.int32 and other is not bits and torch.equal(other, bits)
-    pool.forget_held()
+    pool.detach()  # what the pool was known to hold goes with its last graph
     (fresh,), _, _ = hold_call_arguments((inside,), {}, pool)
     assert fresh is not a and fresh.data_ptr() == inside.data_ptr()
 

@@ -11,9 +11,15 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
 import torch
 
-from breakable_cudagraph import BreakableCUDAGraphCapture, EagerStep, eager_break_during_capture
+from breakable_cudagraph import (
+    BreakableCUDAGraphCapture,
+    EagerStep,
+    arguments,
+    eager_break_during_capture,
+)
 
 
 @eager_break_during_capture
@@ -63,3 +69,64 @@ def test_tensor_moved_into_the_pool_after_a_break_is_aliased_at_the_next(
     first, second = _held_arguments(capture)
     assert first is t
     assert second is not t and second.data_ptr() == t.data_ptr() != outside_ptr
+
+
+@eager_break_during_capture
+def add_rows(out: torch.Tensor, table: torch.Tensor) -> None:
+    out.add_(table[: out.shape[0]])
+
+
+def _per_size_loop(
+    pool: object, buffer: torch.Tensor, table: torch.Tensor, sizes: list[int]
+) -> list[tuple[BreakableCUDAGraphCapture, torch.Tensor]]:
+    captured = []
+    for size in sizes:  # an engine's runner: one capture per size, largest first, one pool
+        with BreakableCUDAGraphCapture(pool=pool) as capture:
+            h = buffer[:size]  # the runner's static buffer, sliced per size
+            h.mul_(2)
+            add_rows(h, table)
+            out = h * 2
+        captured.append((capture, out))
+    return captured
+
+
+def test_captures_of_one_pool_share_what_they_know_of_it_while_one_holds_graphs(
+    bcg_device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snapshots = []
+    take = torch.cuda.memory_snapshot
+    monkeypatch.setattr(
+        torch.cuda, "memory_snapshot", lambda *a, **k: snapshots.append(1) or take(*a, **k)
+    )
+    table = torch.randn(16, 4, device=bcg_device)  # a weight: outside the pool
+    buffer = torch.randn(16, 4, device=bcg_device)
+    pool = torch.cuda.graph_pool_handle()
+    captured = _per_size_loop(pool, buffer, table, [16, 8, 4, 2, 1])
+    # The first capture looks the buffer and the weight up; the later sizes know both.
+    assert len(snapshots) == 1, f"{len(snapshots)} allocator snapshots for 5 captures of a pool"
+    for capture, out in captured:
+        start = buffer.clone()
+        capture.replay()
+        n = out.shape[0]
+        assert torch.equal(buffer[:n], start[:n] * 2 + table[:n])
+        assert torch.equal(out, buffer[:n] * 2)
+    # Once no capture of the pool holds a graph, the pool is released (torch refuses to
+    # capture into it again) and nothing of what was known of it is kept.
+    for capture, _ in captured[1:]:
+        capture.reset()
+    assert arguments._SHARED.get(tuple(pool)) is captured[0][0]._pool_memory._answers
+    captured[0][0].reset()
+    assert arguments._SHARED.get(tuple(pool)) is None
+
+
+def test_a_failed_capture_stops_sharing_its_pool_record(bcg_device: str) -> None:
+    pool = torch.cuda.graph_pool_handle()
+    table = torch.randn(4, 4, device=bcg_device)
+    ((kept, _),) = _per_size_loop(pool, torch.zeros(4, 4, device=bcg_device), table, [4])
+    failing = BreakableCUDAGraphCapture(pool=pool)
+    with pytest.raises(ValueError, match="planted"):
+        with failing:
+            add_rows(torch.zeros(4, 4, device=bcg_device), table)
+            raise ValueError("planted")
+    assert failing._pool_memory._answers is not kept._pool_memory._answers
+    assert failing._pool_memory.held == {}
