@@ -71,9 +71,7 @@ class _PoolAnswers:
 
 # One record per pool for the captures that hold graphs there (see PoolMemory.attach); an
 # entry goes when its last sharer lets it go.
-_SHARED: weakref.WeakValueDictionary[tuple[Any, ...], _PoolAnswers] = (
-    weakref.WeakValueDictionary()
-)
+_SHARED: weakref.WeakValueDictionary[tuple[Any, ...], _PoolAnswers] = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
 
 
