@@ -41,7 +41,7 @@ class _PoolAnswers:
     that memory was released; it is then held strongly, which is safe and costs only memory.
     """
 
-    __slots__ = ("__weakref__", "aliases", "outside", "pool", "ranges", "storages")
+    __slots__ = ("__weakref__", "aliases", "executables", "outside", "pool", "ranges", "storages")
 
     def __init__(self, pool: tuple[Any, ...]) -> None:
         self.pool = pool
@@ -51,6 +51,8 @@ class _PoolAnswers:
         self.aliases: dict[tuple[Any, ...], torch.Tensor] = {}
         # (address, size, device, dtype) of a pool storage -> a non-owning tensor over all of it
         self.storages: dict[tuple[Any, ...], torch.Tensor] = {}
+        # segment position -> the executables shared there (see executables.share)
+        self.executables: dict[int, list[Any]] = {}
 
     def refresh(self) -> None:
         self.ranges = [
@@ -126,6 +128,8 @@ class PoolMemory:
             mine, self._answers = self._answers, answers
             answers.aliases.update(mine.aliases)
             answers.storages.update(mine.storages)
+            for position, shared in mine.executables.items():
+                answers.executables.setdefault(position, []).extend(shared)
             self.aliases = answers.aliases
 
     def detach(self) -> None:
@@ -137,6 +141,10 @@ class PoolMemory:
 
     def forget_held(self) -> None:
         self.held = {}
+
+    def executables(self) -> dict[int, list[Any]]:
+        """The executables the pool's sharing captures placed, by segment position."""
+        return self._answers.executables
 
     def capture_closed(self) -> None:
         """A capture using this record closed: what it held is forgotten, unless a sweep

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from . import ambient, collector, thread_state
+from . import ambient, collector, executables, thread_state
 from .arguments import (
     PoolMemory,
     hold_call_arguments,
@@ -175,7 +175,7 @@ def _replay_plan(
     steps: list[tuple[EagerStep, list[Callable[[], None]]]] = []
     for segment in segments:
         if isinstance(segment, GraphSegment):
-            graphs.append(segment.graph.replay)
+            graphs.append(segment.launch)
         else:
             graphs = []
             steps.append((segment, graphs))
@@ -224,6 +224,12 @@ class BreakableCUDAGraphCapture:
     syncs the caller's stream, runs ``gc.collect()`` and empties the allocator's cache.
     ``capture_error_mode`` is CUDA's (default ``"thread_local"``); a ``"global"`` capture
     overlaps no other thread's capture: whichever opens second raises.
+    ``share_executables=True`` (or ``BREAKABLE_CUDAGRAPH_SHARE_EXECUTABLES=1`` when None) lets
+    each segment share one instantiated executable with the segment at its position in other
+    captures of the pool that launch the same kernels, switched by ``cudaGraphExecUpdate`` when
+    another capture replays (see ``executables``; needs the ``cuda-bindings`` package). It
+    saves device memory and instantiation; a replay after another size's pays the switch.
+    Segments that draw random numbers advance the generator by the shared executable's count.
     """
 
     def __init__(
@@ -235,6 +241,7 @@ class BreakableCUDAGraphCapture:
         strict: bool = False,
         enabled: bool | None = None,
         gc_collect: bool = False,
+        share_executables: bool | None = None,
     ) -> None:
         if capture_error_mode not in CAPTURE_ERROR_MODES:
             raise ValueError(
@@ -246,6 +253,9 @@ class BreakableCUDAGraphCapture:
         self.strict = strict
         self.enabled = enabled
         self.gc_collect = gc_collect
+        self.share_executables = executables.sharing(share_executables)
+        if share_executables and executables.runtime() is None:
+            raise RuntimeError(executables.NO_RUNTIME)
         self._requested_stream = stream
         self._state = _State.NEW
         self._segments: list[GraphSegment | EagerStep] = []
@@ -376,6 +386,8 @@ class BreakableCUDAGraphCapture:
                     "the `with` block; the capture is incomplete, let the exception propagate"
                 ) from self._eager_step_error
             self._end_graph()
+            if self.share_executables:
+                self._share_executables()
         except BaseException as error:
             self._abort(error)
             raise
@@ -542,8 +554,20 @@ class BreakableCUDAGraphCapture:
         self._state = _State.RESET
 
     # ---- internals ---------------------------------------------------------------------------
+    def _share_executables(self) -> None:
+        segments = [s for s in self._segments if isinstance(s, GraphSegment)]
+        graphs = [segment.graph for segment in segments]
+        placed = executables.share(graphs, self._pool_memory.executables())  # type: ignore[arg-type]
+        for segment, (shared, launch) in zip(segments, placed):
+            segment.shared, segment.launch = shared, launch
+
     def _begin_graph(self) -> None:
-        graph = torch.cuda.CUDAGraph()
+        # A sharing capture keeps its graphs uninstantiated until it closes (see executables).
+        graph = (
+            torch.cuda.CUDAGraph(keep_graph=True)
+            if self.share_executables
+            else torch.cuda.CUDAGraph()
+        )
         try:
             with GRAPH_LOCK:
                 graph.capture_begin(pool=self.pool, capture_error_mode=self.capture_error_mode)

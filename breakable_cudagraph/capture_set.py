@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import collector
+from . import collector, executables
 from .arguments import PoolMemory, hold_for_replay
 from .capture import BreakableCUDAGraphCapture
 from .runner import (
@@ -113,6 +113,11 @@ class CaptureSet:
       * Capturing on the stream that replays is faster at replay (see ``capture._capture_stream``):
         an engine that replays on a non-default stream should pass it as ``stream``.
 
+    ``share_executables=True`` (or ``BREAKABLE_CUDAGRAPH_SHARE_EXECUTABLES=1`` when None) lets
+    the sizes share one instantiated executable per segment position where they launch the
+    same kernels (see ``BreakableCUDAGraphCapture``): less device memory and instantiation,
+    and a call at another size than the last pays a ``cudaGraphExecUpdate`` per shared segment.
+
     Bad arguments raise ``TypeError`` or ``ValueError`` before anything is allocated or
     captured; a capture that fails mid-sweep releases the sizes captured so far and re-raises.
     """
@@ -128,6 +133,7 @@ class CaptureSet:
         pool: Any = None,
         stream: torch.cuda.Stream | None = None,
         enabled: bool | None = None,
+        share_executables: bool | None = None,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"CaptureSet captures a callable, got {type(fn).__name__}")
@@ -140,6 +146,9 @@ class CaptureSet:
         self.fn = fn
         self.pad_value = pad_value
         self.enabled = enabled
+        self.share_executables = executables.sharing(share_executables)
+        if share_executables and executables.runtime() is None:
+            raise RuntimeError(executables.NO_RUNTIME)
         self.sizes: tuple[int, ...] = tuple(ordered)  # largest first, as captured
         self._ascending = sorted(ordered)
         self._buffers = [
@@ -184,7 +193,9 @@ class CaptureSet:
 
     def _capture(self, size: int, stream: torch.cuda.Stream, pool_memory: PoolMemory) -> _Size:
         static = [buffer[:size] for buffer in self._buffers]
-        entry = self._runner._capture_entry(((*static,), {}), static, False, stream, pool_memory)
+        entry = self._runner._capture_entry(
+            ((*static,), {}), static, False, stream, pool_memory, self.share_executables
+        )
         for index, out in enumerate(tensor_leaves(entry.outputs)):
             if out.dim() == 0 or out.shape[0] != size:
                 entry.capture.reset()

@@ -164,6 +164,7 @@ class BreakableGraphRunner:
         eager: bool,
         stream: torch.cuda.Stream,
         pool_memory: PoolMemory | None = None,
+        share_executables: bool | None = None,
     ) -> _Entry:
         """Warms ``fn`` up on ``static_inputs`` and captures it on ``stream`` into the pool.
 
@@ -185,7 +186,12 @@ class BreakableGraphRunner:
             # The warm-up may have written the buffers: the capture (which runs fn for real
             # with graphs disabled, and runs its eager breaks) starts from the caller's values.
             _copy_into(static, inputs)
-        capture = BreakableCUDAGraphCapture(pool=self.pool, stream=stream, enabled=not eager)
+        capture = BreakableCUDAGraphCapture(
+            pool=self.pool,
+            stream=stream,
+            enabled=not eager,
+            share_executables=share_executables,
+        )
         if pool_memory is not None:
             capture._pool_memory = pool_memory
         with capture:

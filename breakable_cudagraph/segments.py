@@ -112,23 +112,33 @@ def end_graph(graph: torch.cuda.CUDAGraph) -> bool:
     return not empty
 
 
+def _released() -> None:
+    raise RuntimeError("graph segment was released; capture again")
+
+
 class GraphSegment:
-    """One captured, non-empty CUDA graph of the chain."""
+    """One captured, non-empty CUDA graph of the chain. ``launch`` runs it: the graph's own
+    ``replay``, or a launch through the executable it shares (``shared``, see
+    :mod:`~breakable_cudagraph.executables`)."""
 
     # Slots: one is made per break at capture, and a slotted object is quicker to make.
-    __slots__ = ("graph",)
+    __slots__ = ("graph", "launch", "shared")
 
     def __init__(self, graph: torch.cuda.CUDAGraph) -> None:
         self.graph: torch.cuda.CUDAGraph | None = graph
+        self.launch: Callable[[], None] = graph.replay
+        self.shared: Any = None
 
     def replay(self) -> None:
-        if self.graph is None:
-            raise RuntimeError("graph segment was released; capture again")
-        self.graph.replay()
+        self.launch()
 
     def release(self) -> None:
         graph, self.graph = self.graph, None
-        if graph is not None:
+        shared, self.shared = self.shared, None
+        self.launch = _released
+        if shared is not None and graph is not None:
+            shared.release(graph)
+        elif graph is not None:
             with GRAPH_LOCK:
                 graph.reset()
         # The graph object itself must go too: until it is destroyed it stays registered with

@@ -505,20 +505,26 @@ def _replay_from_another_thread_reads_thread_local(lib: ModuleType) -> None:
     cls.__exit__ = __exit__
 
 
-def _edited(module: str, old: str, new: str) -> Callable[[ModuleType], None]:
+def _edited(module: str, old: str, new: str, *more: str) -> Callable[[ModuleType], None]:
     """A plant that rewrites ``old`` (found once) as ``new`` in the copy's ``module``, as a
     mutant does: these bugs sit in a signature or a condition, which a patch could only
-    imitate by rewriting the whole function."""
+    imitate by rewriting the whole function. ``more`` gives further (old, new) pairs of the
+    same module's source, rewritten in the same pass."""
+    pairs = [(old, new), *zip(more[::2], more[1::2])]
 
     def plant(lib: ModuleType) -> None:
         namespace = vars(getattr(lib, module))
         path = Path(namespace["__file__"])
         source = path.read_text()
-        if source.count(old) != 1:
-            raise ValueError(f"{path} no longer holds {old!r} once; update the planted bug")
+        for before_text, after_text in pairs:
+            if source.count(before_text) != 1:
+                raise ValueError(
+                    f"{path} no longer holds {before_text!r} once; update the planted bug"
+                )
+            source = source.replace(before_text, after_text)
         before = dict(namespace)
         # Functions already bound elsewhere look their globals up in this same namespace.
-        exec(compile(source.replace(old, new), str(path), "exec"), namespace)
+        exec(compile(source, str(path), "exec"), namespace)
         # Names the package and its other modules imported from this one (the decorator, the
         # runner, end_graph) are rebound to the rewritten objects.
         own = lib.__name__ + "."
@@ -575,6 +581,11 @@ def _runner_refusal_leaves_a_capture_active(lib: ModuleType) -> None:
         lib.thread_state.set_active_capture(None)
 
     cls.__init__ = __init__
+
+
+# Every capture shares executables (see breakable_cudagraph.executables), as with
+# BREAKABLE_CUDAGRAPH_SHARE_EXECUTABLES=1: the sharing bugs below need it on.
+_SHARING_ON = ('return os.environ.get(SHARE_ENV, "") == "1"', "return True")
 
 
 # name -> (what it plants, the property that must find it, how to plant it)
@@ -968,6 +979,32 @@ BUGS: dict[str, tuple[str, str, Callable[[ModuleType], None]]] = {
             "        entry = self._runner._capture_entry(",
             "        self._runner.pool = torch.cuda.graph_pool_handle()\n"
             "        entry = self._runner._capture_entry(",
+        ),
+    ),
+    "shared_executable_owner_never_switched_back": (
+        "a shared executable launches its first capture's segment without switching back to "
+        "it, as if it still held that capture's parameters after another size's replay",
+        "pool",
+        _edited(
+            "executables",
+            *_SHARING_ON,
+            "if self.current is graph or self._update(graph):",
+            "if graph is owner or self.current is graph or self._update(graph):",
+        ),
+    ),
+    "shared_executable_across_kernels": (
+        "segments are grouped by their position alone, not their kernel functions, and a "
+        "refused cudaGraphExecUpdate is taken as done: a capture whose segment launches other "
+        "kernels replays another capture's segment there",
+        "pool",
+        _edited(
+            "executables",
+            *_SHARING_ON,
+            "    return tuple(functions)",
+            "    return ()",
+            "        if err != cudart.cudaError_t.cudaSuccess:\n            return False\n"
+            "        self.current = graph",
+            "        self.current = graph",
         ),
     ),
     "capture_holds_itself": (

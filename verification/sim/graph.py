@@ -20,11 +20,22 @@ from verification.sim.capture import CAPTURE_ERROR_MODES, Capture
 from verification.sim.recording import Step
 from verification.sim.streams import Stream, StreamContext, current_stream
 
+# Raw handles (raw_cuda_graph, raw_cuda_graph_exec) -> the graph, for the simulated graph API.
+_HANDLES: weakref.WeakValueDictionary[int, CUDAGraph] = weakref.WeakValueDictionary()
+
+
+def by_handle(handle: int) -> CUDAGraph | None:
+    """The graph a raw graph or executable handle names, while it lives."""
+    return _HANDLES.get(handle)
+
 
 class CUDAGraph:
     def __init__(self, keep_graph: bool = False) -> None:
         self._capture: Capture | None = None
         self._steps: list[Step] | None = None
+        # What the executable launches: the steps of the graph last given to
+        # cudaGraphExecUpdate (graph_exec_api), else the graph's own.
+        self._executable: list[Step] | None = None
         self._pool: Pool | None = None
         self._debug = False
         self._keep_graph = keep_graph
@@ -108,8 +119,14 @@ class CUDAGraph:
                 detector.op(func, args, kwargs, written, stream, "graph replay")
 
         with torch.no_grad(), torch._C._DisableTorchDispatch(), state.require().rng.active():
-            for step in self._steps:
+            for step in self.executable_steps():
                 step.run(observe)
+
+    def executable_steps(self) -> list[Step]:
+        return self._executable if self._executable is not None else self._steps or []
+
+    def update_executable(self, steps: list[Step]) -> None:
+        self._executable = steps
 
     def instantiate(self) -> None:
         # a simulated graph is executable as soon as capture ends; only the handle waits
@@ -120,12 +137,14 @@ class CUDAGraph:
 
     def raw_cuda_graph(self) -> int:
         """A stand-in for the ``cudaGraph_t`` handle: unique while the graph lives."""
+        _HANDLES[id(self)] = self
         return id(self)
 
     def raw_cuda_graph_exec(self) -> int:
         """A stand-in for the ``cudaGraphExec_t`` handle, distinct from the graph's."""
         if not self._instantiated:
             raise RuntimeError(cuda_errors.EXEC_BEFORE_INSTANTIATE)
+        _HANDLES[id(self) + 1] = self
         return id(self) + 1
 
     def enable_debug_mode(self) -> None:
@@ -189,6 +208,8 @@ class CUDAGraph:
                 state.session.captures.discard(self._capture)
             self._capture = None
         self._steps = None
+        self._executable = None
+        self._instantiated = False
         self._release_pool()
 
     def pool(self) -> PoolId:

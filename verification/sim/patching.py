@@ -14,6 +14,7 @@ import functools
 import gc
 import sys
 import threading
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,7 +24,7 @@ import torch.cuda.memory
 import torch.cuda.random
 import torch.cuda.streams
 
-from verification.sim import cuda_api, cuda_guard, graph, state, streams
+from verification.sim import cuda_api, cuda_guard, graph, graph_exec_api, state, streams
 from verification.sim.device_rng import DeviceGenerator
 from verification.sim.device_tensors import construct_cuda_tensor
 from verification.sim.dispatch import SimMode, register_device_kernels
@@ -83,8 +84,29 @@ def _patch(owner: Any, name: str, value: Any) -> None:
     setattr(owner, name, value)
 
 
+# CUDA's runtime API as cuda-bindings names it: the simulated graph API stands in for it.
+_RUNTIME_MODULE = "cuda.bindings.runtime"
+_saved_modules: list[tuple[str, Any]] = []
+
+
+def _install_runtime_api() -> None:
+    for name in ("cuda", "cuda.bindings", _RUNTIME_MODULE):
+        _saved_modules.append((name, sys.modules.get(name, _MISSING)))
+    if "cuda" not in sys.modules:  # the package is not installed: empty parents
+        sys.modules["cuda"] = types.ModuleType("cuda")
+    if "cuda.bindings" not in sys.modules:
+        sys.modules["cuda.bindings"] = types.ModuleType("cuda.bindings")
+    sys.modules[_RUNTIME_MODULE] = graph_exec_api
+
+
 def _restore_all() -> None:
     cuda_guard.accelerator(False)
+    while _saved_modules:
+        name, module = _saved_modules.pop()
+        if module is _MISSING:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = module
     while _device_kernels:
         _device_kernels.pop()._destroy()
     while _saved:
@@ -145,6 +167,7 @@ def _install() -> None:
     for name in ("backward", "grad"):
         _patch(torch.autograd, name, autograd_on_caller_stream(getattr(torch.autograd, name)))
     _patch(torch, "Generator", DeviceGenerator)
+    _install_runtime_api()
     _use_math_sdp()
     _device_kernels.append(register_device_kernels())
     cuda_guard.accelerator(True)
