@@ -1,4 +1,4 @@
-"""An engine's batch-size sweep: start-up, graph memory and replay of four ways to capture it.
+"""An engine's batch-size sweep: start-up, graph memory and replay of five ways to capture it.
 
 The model is a Llama-shaped decode step (RMSNorm, fused QKV, attention over a KV cache, SwiGLU;
 8 layers of hidden 1024 in bf16 by default). Every size of the sweep (1, 2, 4, then every 8 up
@@ -8,6 +8,9 @@ them) in every column:
 
 * ``capture_set``: ``breakable_cudagraph.CaptureSet``; attention is an eager break that reads
   the batch's longest sequence on the host and attends over that many cache positions.
+* ``capture_set_shared``: the same capture set sharing executables across sizes
+  (``share_executables=True``: one per segment position where the sizes launch the same
+  kernels, switched by ``cudaGraphExecUpdate``).
 * ``per_capture``: the loop vLLM's runner writes: one ``BreakableCUDAGraphCapture(pool=pool,
   stream=stream)`` per size, largest first, attention an ``eager_break_during_capture``
   break, the collector left as the library handles it per capture.
@@ -27,7 +30,9 @@ host's speed varies from process to process; the ratio divides it out), the capt
 CPU time, the pool's reserved bytes (``memory_reserved``
 delta) and the device memory beyond it (``mem_get_info`` delta minus the reserved delta: the
 instantiated graphs), and the median of synced replays at batch 1, 8 and 64 on the capture
-stream (static inputs copied in, as an engine's step does), each checked against the eager step.
+stream (static inputs copied in, as an engine's step does), each checked against the eager step,
+and the median of synced calls alternating between batch 1 and 64 (a sharing column switches
+its executables at every such call) and repeating batch 1 (as the replay at batch 1).
 
 Usage: ``python -m bench.capture_sweep [--layers 8 32] [--rounds 3] [--out DIR] [--quick] [--device sim]``;
 writes ``capture_sweep.json``, ``capture_sweep.md`` and, when matplotlib imports,
@@ -62,7 +67,7 @@ import torch.nn.functional as F  # noqa: E402
 from verification.devices import device_context, resolve_kind  # noqa: E402
 from verification.errors import UsageError  # noqa: E402
 
-COLUMNS = ("capture_set", "per_capture", "minimal", "full_graph")
+COLUMNS = ("capture_set", "capture_set_shared", "per_capture", "minimal", "full_graph")
 SIZES = (1, 2, 4, *range(8, 513, 8))
 REPLAY_BATCHES = (1, 8, 64)
 MIB = 2**20
@@ -214,7 +219,9 @@ class _SliceSweep:
         return self.outputs[size][:n]
 
 
-def sweep_capture_set(model: DecodeStep, stream: torch.cuda.Stream) -> Callable:
+def sweep_capture_set(
+    model: DecodeStep, stream: torch.cuda.Stream, share_executables: bool = False
+) -> Callable:
     import breakable_cudagraph as bcg
 
     attention = bcg.eager_break_during_capture(reading(model.host))
@@ -229,6 +236,7 @@ def sweep_capture_set(model: DecodeStep, stream: torch.cuda.Stream) -> Callable:
         examples,
         warmup=0,  # every size was run eagerly before the measured window
         stream=stream,
+        share_executables=share_executables,
     )
 
 
@@ -296,6 +304,7 @@ def sweep_full_graph(model: DecodeStep, stream: torch.cuda.Stream) -> Callable:
 
 SWEEPS = {
     "capture_set": sweep_capture_set,
+    "capture_set_shared": functools.partial(sweep_capture_set, share_executables=True),
     "per_capture": sweep_per_capture,
     "minimal": sweep_minimal,
     "full_graph": sweep_full_graph,
@@ -303,11 +312,22 @@ SWEEPS = {
 
 
 def _graph_count(call: Any) -> int:
-    """Graphs the sweep instantiated: a capture set counts its captures' graph segments."""
+    """Executables the sweep instantiated: a capture set counts its captures' graph segments,
+    a segment sharing an executable with others counting it once."""
     captures = getattr(call, "captures", None)
-    if captures is not None:
-        return sum(capture.num_graphs for capture in captures)
-    return call.graphs
+    if captures is None:
+        return call.graphs
+    from breakable_cudagraph.segments import GraphSegment
+
+    own, shared = 0, set()
+    for capture in captures:
+        for segment in capture.segments:
+            if isinstance(segment, GraphSegment):
+                if segment.shared is None:
+                    own += 1
+                else:
+                    shared.add(id(segment.shared))
+    return own + len(shared)
 
 
 def _step_inputs(model: DecodeStep, batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -371,6 +391,7 @@ def measure(column: str, shape: Shape, device: str) -> dict[str, Any]:
                 torch.cuda.synchronize()
                 times.append(time.perf_counter() - start)
             replays[str(batch)] = statistics.median(times)
+        alternating = _alternating_s(call, model, shape)
     return {
         "column": column,
         "warmup_s": warmup_s,
@@ -380,8 +401,26 @@ def measure(column: str, shape: Shape, device: str) -> dict[str, Any]:
         "beyond_pool_bytes": beyond_bytes,
         "graphs": _graph_count(call),
         "replay_s": replays,
+        "alternating_s": alternating,
         "correct": correct,
     }
+
+
+def _alternating_s(call: Callable, model: DecodeStep, shape: Shape) -> dict[str, float]:
+    """Median seconds of a synced call alternating between the smallest and the largest
+    replayed batch, and of one repeating the smallest."""
+    low, high = min(shape.batches), max(b for b in shape.batches if b <= max(shape.sizes))
+    inputs = {b: _step_inputs(model, b, seed=b) for b in (low, high)}
+    timed: dict[str, list[float]] = {"alternate": [], "repeat": []}
+    for kind, order in (("alternate", (low, high)), ("repeat", (low, low))):
+        for i in range(2 * shape.replays):
+            h, positions = inputs[order[i % 2]]
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            call(h, positions)
+            torch.cuda.synchronize()
+            timed[kind].append(time.perf_counter() - start)
+    return {kind: statistics.median(times) for kind, times in timed.items()}
 
 
 def _child(column: str, shape: Shape, kind: str, timeout: float) -> dict[str, Any]:
@@ -453,6 +492,18 @@ def markdown(result: dict[str, Any]) -> str:
             (f"replay at batch {b}, us", lambda r, b=b: r["replay_s"][str(b)] * 1e6, ".1f")
             for b in shape["batches"]
             if b <= max(shape["sizes"])
+        ]
+        rows += [
+            (
+                "calls alternating batch 1 and the largest, us",
+                lambda r: r.get("alternating_s", {}).get("alternate", float("nan")) * 1e6,
+                ".1f",
+            ),
+            (
+                "calls repeating batch 1, us",
+                lambda r: r.get("alternating_s", {}).get("repeat", float("nan")) * 1e6,
+                ".1f",
+            ),
         ]
         for label, pick, fmt in rows:
             cells = [_cell(runs["columns"][c], pick, fmt) for c in COLUMNS]

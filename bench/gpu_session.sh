@@ -31,6 +31,7 @@ save() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())'
   python3 -c 'import breakable_cuda_graphs as b; print("breakable_cuda_graphs", b.__version__)'
+  python3 -c 'import cuda.bindings as c; print("cuda-bindings", c.__version__)'
   python3 -c 'import hypothesis; print("hypothesis", hypothesis.__version__)'
   nproc
 } >"$out/versions.txt" 2>&1
@@ -212,7 +213,12 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       # its certificates should list the simulator's causes, a nested-check SIGABRT merged).
       step causes_tests 120 python3 -m pytest -q -p no:cacheprovider -n 0 --bcg-device=cuda -rfE tests/harness/test_root_causes.py tests/harness/test_divergence.py tests/harness/test_oracle.py ;;
     sweep8) step capture_sweep_8 300 python3 -m bench.capture_sweep --layers 8 --out "$out/capture_sweep_8" ;;
-    sweep) step capture_sweep 400 python3 -m bench.capture_sweep --layers 8 32 --out "$out/capture_sweep" ;;
+    sweep) step capture_sweep 560 python3 -m bench.capture_sweep --layers 8 32 --out "$out/capture_sweep" ;;
+    share)
+      # Shared executables through CUDA's own graph API (cuda-bindings): the library's tests
+      # and the planted sharing bugs' tests on the GPU, then check pool with sharing on.
+      step share_tests 200 python3 -m pytest -q -p no:cacheprovider -n 4 --bcg-device=cuda -rfE tests/library/test_shared_executables.py tests/harness/properties/test_shared_executables.py tests/library/test_break_holding_cache.py
+      step share_check_pool 200 env BREAKABLE_CUDAGRAPH_SHARE_EXECUTABLES=1 python3 -m verification check pool --device cuda ;;
     memory)
       step memory_accounting 200 env OUT="$out" python3 -m bench.probes.memory_accounting
       step graph_exec_memory 60 python3 -m bench.probes.graph_exec_memory --out "$out/graph_exec_memory"
