@@ -228,7 +228,7 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
         done
       fi
       mkdir -p /tmp/planted
-      for bug in rank_dependent_break:fuzz collective_captured:fuzz capture_set_rank_local:check; do
+      for bug in rank_dependent_break:fuzz collective_captured:fuzz capture_set_rank_local:check capture_awaits_peers:check; do
         printf 'from verification.planted.rank_targets import build\nglobals().update({k: v for k, v in vars(build(%s)).items() if k != "__name__"})\n' "'${bug%%:*}'" >"/tmp/planted/ranks_${bug%%:*}.py"
         if [ "${bug##*:}" = fuzz ]; then
           step "ranks_nccl_planted_${bug%%:*}" 120 env PYTHONPATH="$PYTHONPATH:/tmp/planted" python3 -m verification fuzz --ranks 2 --device cuda --examples 5 --hang-seconds 30 --target "ranks_${bug%%:*}" --report "$out/ranks-planted"

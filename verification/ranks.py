@@ -694,6 +694,12 @@ def judge(
     if parted is None:
         return None
     violation, message = parted
+    if job.capturing:
+        # The same program passes with every rank capturing: what broke is one rank's
+        # capture meeting its peers' eager collectives.
+        alone = job.capturing[0]
+        violation = "invalidation"
+        message += f"; rank {alone}'s capture does not survive its peers' collectives"
     return _finding(check, violation, f"{label}{mode}: {message}", job)
 
 

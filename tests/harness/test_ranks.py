@@ -79,6 +79,15 @@ def test_clean_targets_get_no_finding_on_two_ranks(target):
     assert result.findings == [] and result.examples >= 4
 
 
+def test_a_capture_that_needs_its_peers_capturing_is_found_only_by_the_invalidation_part():
+    target = build("capture_awaits_peers")
+    assert _run(target, "ranks", 2, parts=("programs",)).findings == []
+    [finding] = _run(target, "ranks", 4, parts=("invalidation",)).findings
+    assert finding.violation == FOUND_BY["capture_awaits_peers"]
+    assert "(capture_error_mode=thread_local, rank 0 capturing alone)" in finding.message
+    assert finding.message.endswith("rank 0's capture does not survive its peers' collectives")
+
+
 def test_a_capture_is_not_broken_by_a_peers_collectives_in_either_error_mode():
     result = _run("breakable_cudagraph", "ranks", 4, parts=("invalidation",))
     # One program, each rank capturing alone, in thread_local and global mode.

@@ -33,13 +33,20 @@ BUGS: dict[str, str] = {
         "rank), so rank 1 replays a larger capture than rank 0 for the same batch"
     ),
     "hang_at_replay": "rank 1's break waits forever at its first replay (a lock never released)",
+    "capture_awaits_peers": (
+        "a capture opens with a barrier of the process group, as if every rank captured at "
+        "once: a rank capturing while its peers run collectives eagerly meets their collective "
+        "in its barrier"
+    ),
 }
-# The violation of ``check ranks`` / ``fuzz --ranks`` that each bug must be found as.
+# The violation of ``check ranks`` / ``fuzz --ranks`` that each bug must be found as; for
+# ``invalidation``, any finding of the part of ``check ranks`` where one rank captures alone.
 FOUND_BY: dict[str, str] = {
     "rank_dependent_break": "placement",
     "collective_captured": "mismatch",
     "capture_set_rank_local": "capture-set-size",
     "hang_at_replay": "rank-timeout",
+    "capture_awaits_peers": "invalidation",
 }
 _COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 
@@ -87,6 +94,13 @@ def _waits_at_replay(fn: Callable[..., Any]) -> Callable[..., Any]:
     return step
 
 
+class _PeersAwaitedCapture(lib.BreakableCUDAGraphCapture):
+    def __enter__(self) -> Any:
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+        return super().__enter__()
+
+
 class _RankLocalCaptureSet(lib.CaptureSet):
     """Replays the smallest size that fits the batch plus the rank (a per-rank value standing
     where every rank must use the same), the largest when none does."""
@@ -107,7 +121,9 @@ def build(bug: str | None = None) -> SimpleNamespace:
         raise ValueError(f"unknown planted bug {bug!r}; choose one of {', '.join(BUGS)}")
     return SimpleNamespace(
         __name__=f"rank_targets[{bug or 'clean'}]",
-        BreakableCUDAGraphCapture=lib.BreakableCUDAGraphCapture,
+        BreakableCUDAGraphCapture=(
+            _PeersAwaitedCapture if bug == "capture_awaits_peers" else lib.BreakableCUDAGraphCapture
+        ),
         eager_break_during_capture=_decorator(bug),
         CaptureSet=_RankLocalCaptureSet if bug == "capture_set_rank_local" else lib.CaptureSet,
         BREAK_CONTRACT=lib.BREAK_CONTRACT,
