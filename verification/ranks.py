@@ -28,6 +28,7 @@ import multiprocessing.connection
 import os
 import random
 import shutil
+import signal
 import tempfile
 import time
 import warnings
@@ -488,6 +489,7 @@ def _rank_main(
     collective_s: float,
 ) -> None:
     faulthandler.disable()  # a rank gloo aborts is a finding, not a traceback dump
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to report
     # torch 2.13 renames all_gather_into_tensor and reduce_scatter_tensor; the old names
     # run on every torch a GPU machine may have.
     warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
