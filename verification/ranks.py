@@ -45,6 +45,15 @@ from verification.findings import HARNESS_ERROR, TARGET_BUG, Finding
 from verification.targets import Target
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+# The forms torch.distributed gives each collective, drawn as its API offers them: every
+# reduction a float all_reduce takes (gloo has no AVG), the list and the tensor all_gather,
+# and the reductions reduce_scatter takes. A break may also draw random numbers before its
+# collective (``noisy``), as a sampler's does: every run seeds the device generator alike.
+FORMS = {
+    "all_reduce": ("SUM", "MAX", "MIN", "PRODUCT"),
+    "all_gather": ("tensor", "list"),
+    "reduce_scatter": ("SUM", "MAX", "MIN"),
+}
 # Captured ops: Python expressions over earlier values, bounded so no value overflows.
 UNARY = {
     "tanh": "torch.tanh({a})",
@@ -73,6 +82,8 @@ class RankStep:
     op: str
     args: tuple[int, ...]
     captured: bool = False
+    form: str = ""  # of FORMS[op]: the reduction, or all_gather's output form
+    noisy: bool = False  # the break adds random numbers to its input before the collective
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,10 @@ class RankProgram:
     outputs: tuple[int, ...]
 
     def describe(self) -> str:
-        names = [f"{s.op}{'' if s.op in UNARY or s.op in BINARY else '!'}" for s in self.steps]
+        names = [
+            s.op if s.op in UNARY or s.op in BINARY else f"{s.op}[{s.form}{', noisy' * s.noisy}]!"
+            for s in self.steps
+        ]
         return " ".join(names)
 
 
@@ -107,7 +121,11 @@ def draw_program(
             op = chance.choice(COLLECTIVES)
             steps.append(
                 RankStep(
-                    op, (chance.choice(computed),), captured_collectives and chance.random() < 0.5
+                    op,
+                    (chance.choice(computed),),
+                    captured_collectives and chance.random() < 0.5,
+                    chance.choice(FORMS[op]),
+                    chance.random() < 0.25,
                 )
             )
             breaks += 1
@@ -119,7 +137,8 @@ def draw_program(
             steps.append(RankStep(op, (chance.randrange(values), chance.randrange(values))))
         values += 1
     if breaks == 0:  # a program without a collective checks nothing of ranks
-        steps.append(RankStep(chance.choice(COLLECTIVES), (values - 1,)))
+        op = chance.choice(COLLECTIVES)
+        steps.append(RankStep(op, (values - 1,), False, chance.choice(FORMS[op])))
         values += 1
     last = values - 1
     others = [v for v in range(inputs, last) if chance.random() < 0.3]
@@ -146,19 +165,30 @@ def program_source(program: RankProgram) -> str:
         if step.op not in COLLECTIVES:
             continue
         name, label = f"{step.op}_{i}", break_label(step, i)
+        reduction = f"op=dist.ReduceOp.{step.form or 'SUM'}"
         call = {
-            "all_reduce": ("x", "dist.all_reduce(x)"),
-            "all_gather": ("out, x", "dist.all_gather_into_tensor(out, x)"),
-            "reduce_scatter": ("out, x", "dist.reduce_scatter_tensor(out, x)"),
+            "all_reduce": ("x", f"dist.all_reduce(x, {reduction})"),
+            "all_gather": (
+                # The output list is the break's argument, as a caller's gather buffers are;
+                # gathered flat, then copied into it (gloo's list form takes host tensors).
+                (
+                    "outs, x",
+                    "flat = x.new_empty((WORLD * x.shape[0], x.shape[1]))\n"
+                    "        dist.all_gather_into_tensor(flat, x)\n"
+                    "        for out, part in zip(outs, flat.chunk(WORLD)):\n"
+                    "            out.copy_(part)",
+                )
+                if step.form == "list"
+                else ("out, x", "dist.all_gather_into_tensor(out, x)")
+            ),
+            "reduce_scatter": ("out, x", f"dist.reduce_scatter_tensor(out, x, {reduction})"),
         }[step.op]
         if not step.captured:
             lines.append("    @brk")
-        lines += [
-            f"    def {name}({call[0]}):",
-            f"        log.append({label!r})",
-            f"        {call[1]}",
-            "",
-        ]
+        lines += [f"    def {name}({call[0]}):", f"        log.append({label!r})"]
+        if step.noisy:  # in place, so the collective reduces what the break drew
+            lines.append("        x.add_(torch.rand_like(x) * 0.1)")
+        lines += [f"        {call[1]}", ""]
     params = ", ".join(f"v{i}" for i in range(program.inputs))
     lines.append(f"    def forward({params}):")
     value = program.inputs
@@ -169,7 +199,11 @@ def program_source(program: RankProgram) -> str:
         elif step.op == "all_gather":
             lines += [
                 f"        g{i} = {a}.new_empty((WORLD * {a}.shape[0], {a}.shape[1]))",
-                f"        all_gather_{i}(g{i}, {a})",
+                (
+                    f"        all_gather_{i}(list(g{i}.chunk(WORLD)), {a})"
+                    if step.form == "list"
+                    else f"        all_gather_{i}(g{i}, {a})"
+                ),
                 f"        v{value} = g{i}.view(WORLD, *{a}.shape).mean(0)",
             ]
         elif step.op == "reduce_scatter":
@@ -242,6 +276,7 @@ def run_example(forward, log, inputs_for, replays, make_capture, capturing):
         eager = []
         for run in range(1, replays + 1):
             log.enter(f"eager run {run}")
+            torch.cuda.manual_seed(run)  # a break drawing random numbers draws alike at replay
             eager.append([t.detach().cpu().clone() for t in forward(*inputs_for(run))])
         log.take()
         static = [x.clone() for x in inputs_for(0)]
@@ -269,6 +304,7 @@ def run_example(forward, log, inputs_for, replays, make_capture, capturing):
             log.enter(f"replay {run}")
             for buffer, value in zip(static, inputs_for(run)):
                 buffer.copy_(value)
+            torch.cuda.manual_seed(run)
             if capturing:
                 capture.replay()
             else:
