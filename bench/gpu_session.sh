@@ -212,6 +212,31 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
       # named at the break where replay parts from eager (run the upstream phase beside it:
       # its certificates should list the simulator's causes, a nested-check SIGABRT merged).
       step causes_tests 120 python3 -m pytest -q -p no:cacheprovider -n 0 --bcg-device=cuda -rfE tests/harness/test_root_causes.py tests/harness/test_divergence.py tests/harness/test_oracle.py ;;
+    ranks_nccl)
+      # Programs on two ranks over NCCL, one GPU each (a machine of 2 GPUs): fuzz --ranks 2 and
+      # check ranks clean on the library, the minimal vLLM target and (where .upstream travels)
+      # the engines' adapters; each planted rank bug found by its check (rc 1), its reproducer
+      # written under $out/ranks-*. NVML's device count, so the parent forks its ranks before
+      # the CUDA runtime starts.
+      export PYTORCH_NVML_BASED_CUDA_CHECK=1
+      for t in breakable_cudagraph verification.planted.vllm_minimal; do
+        step "ranks_nccl_fuzz_$t" 240 python3 -m verification fuzz --ranks 2 --device cuda --examples 300 --target "$t" --report "$out/ranks-$t"
+        step "ranks_nccl_check_$t" 200 python3 -m verification check ranks --device cuda --examples 40 --target "$t" --report "$out/ranks-check-$t"
+      done
+      if [ -d .upstream ]; then
+        for t in vllm sglang; do
+          step "ranks_nccl_check_$t" 200 python3 -m verification check ranks --device cuda --examples 40 --target "verification.targets.$t" --target-path .upstream
+        done
+      fi
+      mkdir -p /tmp/planted
+      for bug in rank_dependent_break:fuzz collective_captured:fuzz capture_set_rank_local:check capture_awaits_peers:check; do
+        printf 'from verification.planted.rank_targets import build\nglobals().update({k: v for k, v in vars(build(%s)).items() if k != "__name__"})\n' "'${bug%%:*}'" >"/tmp/planted/ranks_${bug%%:*}.py"
+        if [ "${bug##*:}" = fuzz ]; then
+          step "ranks_nccl_planted_${bug%%:*}" 120 env PYTHONPATH="$PYTHONPATH:/tmp/planted" python3 -m verification fuzz --ranks 2 --device cuda --examples 5 --hang-seconds 30 --target "ranks_${bug%%:*}" --report "$out/ranks-planted"
+        else
+          step "ranks_nccl_planted_${bug%%:*}" 120 env PYTHONPATH="$PYTHONPATH:/tmp/planted" python3 -m verification check ranks --device cuda --examples 4 --hang-seconds 30 --target "ranks_${bug%%:*}" --report "$out/ranks-planted"
+        fi
+      done ;;
     sweep8) step capture_sweep_8 300 python3 -m bench.capture_sweep --layers 8 --out "$out/capture_sweep_8" ;;
     sweep) step capture_sweep 560 python3 -m bench.capture_sweep --layers 8 32 --out "$out/capture_sweep" ;;
     share)

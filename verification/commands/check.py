@@ -8,7 +8,8 @@ printed once, naming the other checks that reached it. Each property runs in a
 child process of its own (``--isolate``: always on ``cuda``, on the simulator, as a fork,
 whenever more than one is run), so no check sees another's leftovers and a check that aborts
 the process becomes a ``crash`` finding naming the signal; in one process (``--no-isolate``)
-the checks after one that left the target unusable are skipped.
+the checks after one that left the target unusable are skipped. ``check ranks`` runs the
+two-rank checks of :mod:`verification.ranks` (``--ranks N``, default 2) in rank processes.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from verification.commands.options import (
     add_device,
     add_hang_bound,
     add_quiet,
+    add_ranks,
     add_report,
     at_least,
     positive_seconds,
     print_finding,
     resolve_run,
+    run_on_ranks,
     writable_dir,
 )
 from verification.commands.progress import progress_bar
@@ -48,6 +51,10 @@ from verification.targets import DEFAULT_TARGET
 from verification.targets.contracts import CONTRACTS
 from verification.targets.upstream import add_target_path
 
+# Ranks that agree on every break, capture set size and capture (:mod:`verification.ranks`):
+# a check of its own, in rank processes, so not one of ``all``.
+RANKS = "ranks"
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     """Registers ``check`` on the CLI's subparsers."""
@@ -59,9 +66,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     check.add_argument(
         "property",
-        choices=(*PROPERTIES, "all"),
+        choices=(*PROPERTIES, "all", RANKS),
         metavar="PROPERTY",
-        help=f"one of {', '.join(PROPERTIES)}, or all",
+        help=f"one of {', '.join(PROPERTIES)}, or all; or {RANKS} (several processes, not "
+        "part of all)",
     )
     check.add_argument(
         "--target", default=DEFAULT_TARGET, metavar="MODULE", help="importable module under test"
@@ -101,12 +109,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "(default: on for cuda)",
     )
     add_quiet(check)
+    add_ranks(check, default=2)
     check.add_argument("--result-file", type=Path, help=argparse.SUPPRESS)
     # Where a child takes up a check that an earlier child stopped (JSON of Resume).
     check.add_argument("--resume", help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.property == RANKS:
+        return run_on_ranks(args, list(argv), RANKS)
     run = resolve_run(args, budget_s=args.budget)
     target, kind = run.target, run.kind
     writable_dir(args.report, "--report")

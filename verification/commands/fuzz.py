@@ -2,7 +2,8 @@
 
 Exit 0: nothing found; 1: a finding, printed with its reproducer (and written under
 ``--report DIR``); 2: bad input. On ``cuda`` the campaign runs in a child process
-(``--isolate``), so a crash of the target becomes a finding naming the signal.
+(``--isolate``), so a crash of the target becomes a finding naming the signal. With
+``--ranks N`` each program runs on N rank processes (:mod:`verification.ranks`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from pathlib import Path
 
 from verification.commands.options import (
     add_common,
+    add_ranks,
     add_report,
     campaign_config,
     print_findings,
     resolve_run,
+    run_on_ranks,
     writable_dir,
 )
 from verification.commands.progress import progress_bar
@@ -37,10 +40,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default=None,
         help="run in a child process so that a crash becomes a finding (default: on for cuda)",
     )
+    add_ranks(fuzz, default=None)
     fuzz.add_argument("--program-file", type=Path, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.ranks is not None:
+        return run_on_ranks(args, list(argv), "fuzz")
     run = resolve_run(args)
     writable_dir(args.report, "--report")
     config = campaign_config(args, run, args.report)

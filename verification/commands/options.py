@@ -23,6 +23,7 @@ from pathlib import Path
 from verification import bounds
 from verification.devices import DEVICE_CHOICES, DeviceKind, resolve_kind
 from verification.errors import UsageError
+from verification.findings import exit_status
 from verification.fuzz import CampaignConfig, CampaignResult
 from verification.targets import DEFAULT_TARGET, Target, load_target
 from verification.targets.contracts import CONTRACTS
@@ -237,3 +238,57 @@ def print_findings(result: CampaignResult, check: str | None = None) -> None:
         print_finding(f"{check} {finding.summary()}" if check else finding.summary(), text)
     for path in result.reproducer_paths:
         print(f"reproducer written to {path}")
+
+
+def add_ranks(parser: argparse.ArgumentParser, default: int | None) -> None:
+    parser.add_argument(
+        "--ranks",
+        type=at_least(2),
+        default=default,
+        metavar="N",
+        help="run each program on N ranks (gloo processes on the simulator, NCCL on one GPU "
+        "each), its collectives as eager breaks; ranks must agree on every break and capture",
+    )
+
+
+def run_on_ranks(args: argparse.Namespace, argv: list[str] | tuple[str, ...], check: str) -> int:
+    """``fuzz --ranks N`` (``check="fuzz"``) or ``check ranks``: the ranks' findings printed
+    with their reproducers; the exit status as the other commands'."""
+    from verification.ranks import RanksConfig, run_ranks
+
+    run = resolve_run(args)
+    if run.kind == "cuda":
+        import torch
+
+        if torch.cuda.device_count() < args.ranks:
+            raise UsageError(
+                f"--ranks {args.ranks} needs {args.ranks} GPUs on --device cuda; torch sees "
+                f"{torch.cuda.device_count()}"
+            )
+    writable_dir(args.report, "--report")
+    hang_s = args.hang_seconds
+    config = RanksConfig(
+        target=run.target,
+        kind=run.kind,
+        world=args.ranks,
+        examples=args.examples,
+        seed=args.seed,
+        max_ops=getattr(args, "max_ops", None) or 8,
+        max_breaks=getattr(args, "max_breaks", None) or 3,
+        replays=getattr(args, "replays", None) or 3,
+        # A collective waits at most a third of the example's bound, so that the rank left
+        # waiting reports its timeout before the parent's bound kills it.
+        collective_s=min(10.0, hang_s / 3),
+        example_s=hang_s,
+        report_dir=args.report,
+        command=" ".join(["python -m verification", *argv]),
+    )
+    result = run_ranks(config, check)
+    for finding, text in zip(result.findings, result.reproducers):
+        print_finding(finding.summary(), text)
+    for path in result.reproducer_paths:
+        print(f"reproducer written to {path}")
+    for note in result.notes:
+        print(f"check {check}: {note}")
+    print(result.summary_line(check))
+    return exit_status(result.findings)
