@@ -37,7 +37,7 @@ PLANTED = {
     "rank_dependent_break": (
         "fuzz",
         ("programs",),
-        "rank 1 replayed no break in replay 1 where rank 0 replayed all_reduce#",
+        "in replay 1 where rank 0 replayed all_reduce#3: break placement differs between ranks",
     ),
     "collective_captured": ("fuzz", ("programs",), "on every rank: replay does not equal eager"),
     "capture_set_rank_local": (
