@@ -84,14 +84,20 @@ def test_a_sharing_capture_set_replays_every_size_bit_for_bit_as_eager_in_any_or
         assert torch.equal(captured(x), step(x)), n
 
 
+def _two_sizes_sharing(device: str):
+    """A set of sizes 3 and 2, whose products launch the same kernels: they share everything."""
+    step = _model(device)
+    captured = CaptureSet(
+        step, (3, 2), (torch.zeros(1, HIDDEN, device=device),), share_executables=True
+    )
+    assert _shared(captured.captures[0]) == _shared(captured.captures[1])
+    return step, captured
+
+
 def test_one_size_replayed_again_and_again_switches_the_executable_once(
     bcg_device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    step = _model(bcg_device)
-    captured = CaptureSet(
-        step, (3, 2), (torch.zeros(1, HIDDEN, device=bcg_device),), share_executables=True
-    )
-    assert _shared(captured.captures[0]) == _shared(captured.captures[1])
+    step, captured = _two_sizes_sharing(bcg_device)
     x = torch.randn(2, HIDDEN, device=bcg_device)
     made = _updates(monkeypatch)
     for _ in range(5):
@@ -104,11 +110,7 @@ def test_one_size_replayed_again_and_again_switches_the_executable_once(
 def test_an_update_refused_at_launch_gives_the_segment_its_own_executable(
     bcg_device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    step = _model(bcg_device)
-    captured = CaptureSet(
-        step, (3, 2), (torch.zeros(1, HIDDEN, device=bcg_device),), share_executables=True
-    )
-    assert _shared(captured.captures[0]) == _shared(captured.captures[1])
+    step, captured = _two_sizes_sharing(bcg_device)
     made = _updates(monkeypatch, refuse=True)
     one, two = (torch.randn(n, HIDDEN, device=bcg_device) for n in (2, 3))
     assert torch.equal(captured(one), step(one))  # refused: size 2 runs an executable of its own
