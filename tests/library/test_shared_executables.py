@@ -97,7 +97,7 @@ def _two_sizes_sharing(device: str):
 def test_one_size_replayed_again_and_again_switches_the_executable_once(
     bcg_device: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    step, captured = _two_sizes_sharing(bcg_device)
+    _, captured = _two_sizes_sharing(bcg_device)
     x = torch.randn(2, HIDDEN, device=bcg_device)
     made = _updates(monkeypatch)
     for _ in range(5):
