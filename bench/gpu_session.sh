@@ -238,6 +238,7 @@ for phase in ${GPU_PHASES:-suite2 certify_library suite1}; do
         fi
       done ;;
     sweep8) step capture_sweep_8 300 python3 -m bench.capture_sweep --layers 8 --out "$out/capture_sweep_8" ;;
+    sweep32) step capture_sweep_32 400 python3 -m bench.capture_sweep --layers 32 --out "$out/capture_sweep_32" ;;
     sweep) step capture_sweep 560 python3 -m bench.capture_sweep --layers 8 32 --out "$out/capture_sweep" ;;
     share)
       # Shared executables through CUDA's own graph API (cuda-bindings): the library's tests
