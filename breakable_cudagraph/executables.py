@@ -105,9 +105,9 @@ class SharedExecutable:
 
     def __init__(self, owner: torch.cuda.CUDAGraph, signature: tuple[int, ...], cudart: Any):
         owner.instantiate()
-        self.owner = owner
+        self.owner: torch.cuda.CUDAGraph | None = owner
         self.signature = signature
-        self.current = owner
+        self.current: torch.cuda.CUDAGraph | None = owner
         self.members: set[int] = {id(owner)}
         self._cudart = cudart
         self._exec = cudart.cudaGraphExec_t(init_value=owner.raw_cuda_graph_exec())
@@ -161,9 +161,12 @@ class SharedExecutable:
         if graph is not self.owner:
             with GRAPH_LOCK:
                 graph.reset()
-        if not self.members:
+        if not self.members and self.owner is not None:
+            # The graph object goes too, not only its graph: until destroyed it stays
+            # registered with the CUDA generators (see segments.GraphSegment.release).
+            owner, self.owner, self.current = self.owner, None, None
             with GRAPH_LOCK:
-                self.owner.reset()
+                owner.reset()
 
 
 def share(

@@ -158,6 +158,7 @@ def test_sharing_asked_for_without_cudas_graph_api_is_refused_before_any_capture
     with pytest.raises(TypeError, match="share_executables"):
         BreakableCUDAGraphCapture(share_executables="yes")  # type: ignore[arg-type]
     # Off by default; the environment turns it on where the caller does not say.
+    monkeypatch.delenv(executables.SHARE_ENV, raising=False)
     assert not BreakableCUDAGraphCapture().share_executables
     monkeypatch.setenv(executables.SHARE_ENV, "1")
     assert BreakableCUDAGraphCapture().share_executables
