@@ -123,14 +123,9 @@ class PoolMemory:
     def attach(self) -> None:
         """Share what is known of the pool with the other captures holding graphs in it; call
         once this record's capture holds one (which keeps the pool's segments in place)."""
-        answers = _shared_answers(self._pool)
-        if answers is not self._answers:
-            mine, self._answers = self._answers, answers
-            answers.aliases.update(mine.aliases)
-            answers.storages.update(mine.storages)
-            for position, shared in mine.executables.items():
-                answers.executables.setdefault(position, []).extend(shared)
-            self.aliases = answers.aliases
+        # What the record knew on its own is only a cache, which the shared one replaces.
+        self._answers = _shared_answers(self._pool)
+        self.aliases = self._answers.aliases
 
     def detach(self) -> None:
         """This record's capture holds no graph any more: forget what it held and stop

@@ -254,8 +254,6 @@ class BreakableCUDAGraphCapture:
         self.enabled = enabled
         self.gc_collect = gc_collect
         self.share_executables = executables.sharing(share_executables)
-        if share_executables and executables.runtime() is None:
-            raise RuntimeError(executables.NO_RUNTIME)
         self._requested_stream = stream
         self._state = _State.NEW
         self._segments: list[GraphSegment | EagerStep] = []

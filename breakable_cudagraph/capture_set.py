@@ -147,8 +147,6 @@ class CaptureSet:
         self.pad_value = pad_value
         self.enabled = enabled
         self.share_executables = executables.sharing(share_executables)
-        if share_executables and executables.runtime() is None:
-            raise RuntimeError(executables.NO_RUNTIME)
         self.sizes: tuple[int, ...] = tuple(ordered)  # largest first, as captured
         self._ascending = sorted(ordered)
         self._buffers = [

@@ -39,10 +39,13 @@ NO_RUNTIME = (
 
 
 def sharing(requested: bool | None) -> bool:
-    """Whether a capture shares executables: as requested, else as the environment says."""
+    """Whether a capture shares executables: as requested, else as the environment says.
+    Asking for it where CUDA's graph API is missing raises."""
     if requested is not None:
         if not isinstance(requested, bool):
             raise TypeError(f"share_executables must be True, False or None, got {requested!r}")
+        if requested and runtime() is None:
+            raise RuntimeError(NO_RUNTIME)
         return requested
     return os.environ.get(SHARE_ENV, "") == "1"
 
