@@ -132,14 +132,31 @@ class CapturedSet:
         )
 
     def replays(self, check: bool = True) -> str | None:
-        """Replays in the set's order, then drops and captures again each of ``remake`` and
-        replays it; each on fresh inputs compared with eager (when ``check``)."""
+        """Replays in the set's order, then drops each of ``remake``, replays the captures
+        left, captures it again and replays it; each on fresh inputs compared with eager (when
+        ``check``)."""
         seed = self.config.seed + 1
         order = [(index, False) for index in self.set.replays]
         order += [(index, True) for index in self.set.remake]
         for number, (index, again) in enumerate(order):
             if again:
                 self._drop(index)
+                # The captures left must replay as before: one dropped while others of its
+                # pool live may take with it what they share (memory, an executable).
+                for other, kept in enumerate(self.runs):
+                    if kept is None:
+                        continue
+                    problem = (
+                        kept.replay_problem(seed + number)
+                        if check
+                        else kept.problem or kept.replay()
+                    )
+                    if problem is not None:
+                        return within(
+                            f"{self._where(other, number)}, after capture {index} of the pool "
+                            "was dropped: ",
+                            problem,
+                        )
                 self.runs[index] = self._capture(index)
             run = self.runs[index]
             assert run is not None

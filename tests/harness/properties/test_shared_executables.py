@@ -2,7 +2,8 @@
 set in any order and programs sharing a pool as eager, and the pool check's scenarios find a
 shared executable launched without switching back to its first capture's parameters (a
 capture set replayed out of order) and segments of other kernels joined to one executable
-(programs sharing a pool)."""
+(programs sharing a pool), and a capture that still launches through a shared executable after
+the capture that made it was dropped."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from breakable_cudagraph.executables import SHARE_ENV
 from tests.harness.properties.test_program_reproducers import PROGRAM, TWO_SEGMENTS
-from verification.planted.property_targets import build
+from verification.planted.property_targets import _SHARING_ON, _copy, _edited, build, library_target
 from verification.properties.base import CheckConfig
 from verification.properties.capture_set import CaptureSet, capture_set_problem
 from verification.properties.pool import _shared_pool_problem
@@ -45,3 +46,26 @@ def test_segments_of_other_kernels_joined_to_one_executable_are_found_by_a_share
     config = CheckConfig(target, bcg_kind, bcg_device, 1)
     problem = _shared_pool_problem([PROGRAM, TWO_SEGMENTS], config, [])
     assert problem is not None and "replay than eager" in problem, problem
+
+
+def test_a_capture_left_after_another_of_its_pool_was_dropped_must_still_replay(
+    bcg_kind, bcg_device, monkeypatch: pytest.MonkeyPatch
+):
+    # The executable's first capture dropped while another still launches through it: a
+    # release that resets the first graph regardless leaves the other replaying nothing.
+    lib = _copy("shared_executable_reset_with_its_first_capture")
+    _edited(
+        "executables",
+        *_SHARING_ON,
+        "        if graph is not self.owner:\n            with GRAPH_LOCK:\n                graph.reset()",
+        "        with GRAPH_LOCK:\n            graph.reset()",
+    )(lib)
+    target = load_target(library_target(lib, "sharing", "property_targets", None))
+    dropped = CaptureSet(sizes=(3, 1), replays=(1,), remake=(0,))
+    # The size-1 capture, switched in last, replays after the first is dropped (the pool
+    # check turns the raise into its finding).
+    with pytest.raises(RuntimeError, match="without a preceding successful capture"):
+        capture_set_problem(PROGRAM, dropped, CheckConfig(target, bcg_kind, bcg_device, 1))
+    monkeypatch.setenv(SHARE_ENV, "1")
+    clean = CheckConfig(load_target("breakable_cudagraph"), bcg_kind, bcg_device, 1)
+    assert capture_set_problem(PROGRAM, dropped, clean) is None
